@@ -1,0 +1,13 @@
+"""batchspec: correct batch speculative decoding, specified and checked.
+
+``batchspec.generate`` runs EQSPEC (and its baselines) on Hugging Face causal
+LMs; ``batchspec.invariants`` holds the synchronisation invariants as
+predicates; ``batchspec.reference`` the algorithm; ``batchspec.models`` tiny
+offline model pairs.
+"""
+
+from .api import METHODS, GenerationResult, generate
+from .invariants import InvariantViolation, Violation
+
+__version__ = "0.1.0"
+__all__ = ["METHODS", "GenerationResult", "InvariantViolation", "Violation", "generate", "__version__"]

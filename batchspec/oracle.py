@@ -1,0 +1,23 @@
+"""A key/value oracle over Hugging Face models for the semantic mode of I3."""
+
+from __future__ import annotations
+
+import torch
+
+from .reference import cache as kv
+
+
+def hf_oracle(models: dict):
+    """``oracle(name, tokens)``: per-layer ``(keys, values)`` ``[1, H, n, D]`` of a
+    fresh single-sequence forward of ``tokens`` at positions ``0 .. n-1``."""
+
+    @torch.no_grad()
+    def oracle(name: str, tokens: list[int]):
+        model = models[name]
+        cache = kv.new_cache(model)
+        ids = torch.tensor([tokens], dtype=torch.long, device=model.device)
+        positions = torch.arange(len(tokens), device=model.device)[None, :]
+        kv.run_forward(model, cache, ids, torch.ones_like(ids), positions, logits_to_keep=1)
+        return kv.layer_tensors(cache)
+
+    return oracle

@@ -1,0 +1,72 @@
+"""I3 cache correspondence (Spec §3.3)."""
+
+from __future__ import annotations
+
+import torch
+
+from ._util import reporter
+from .observation import KVOracle, Observation
+from .violation import Violation
+
+#: Largest |cached - fresh| / (1 + |fresh|) accepted by the semantic mode, by
+#: dtype. float64: a batched left-padded SDPA pass and a fresh batch-1 pass
+#: differ by summation order only (~1e-15 relative); 1e-9 leaves six orders of
+#: margin and still catches any wrong token or position (differences of order
+#: 1e-1). Lower precisions are looser by their machine epsilon.
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
+
+
+def cache_correspondence(obs: Observation, oracle: KVOracle | None = None) -> list[Violation]:
+    """For each model's cache (Spec §3.3):
+
+    * it holds one entry per row and at least ``L - 1`` slots, exactly
+      ``L - 1`` at a round boundary (only speculative slots may follow);
+    * every slot is finite (a NaN in a masked padding slot still poisons
+      attention: 0 x NaN = NaN);
+    * semantic mode (``oracle`` given): slots ``p_i .. L-2`` hold, within
+      :data:`TOLERANCE`, the keys/values a fresh single-sequence forward of
+      the row's committed tokens produces.
+    """
+    report = reporter(obs, "I3", "cache_correspondence")
+    out: list[Violation] = []
+    rows, need = obs.tokens.shape[0], obs.width - 1
+    for model, view in obs.caches.items():
+        if view.layers and view.layers[0][0].shape[0] != rows:
+            out.append(report(None, rows, view.layers[0][0].shape[0], "cache batch size differs from B", model))
+            continue
+        if view.length < need or (obs.boundary and view.length != need):
+            expected = need if obs.boundary else f">= {need}"
+            out.append(report(None, expected, view.length, "cache length is not L - 1", model))
+            continue
+        for layer, (keys, values) in enumerate(view.layers):
+            bad = ~(torch.isfinite(keys).all(dim=(1, 3)) & torch.isfinite(values).all(dim=(1, 3)))  # [B, T]
+            for i in bad.any(1).nonzero().flatten().tolist():
+                slot = int(bad[i].nonzero()[0])
+                out.append(report(i, "finite keys/values", f"non-finite at layer {layer}, slot {slot}",
+                                  "cache slot holds NaN/inf", model))
+        if oracle is not None and not out:
+            out.extend(_semantic(obs, model, view, oracle, report))
+    return out
+
+
+def _semantic(obs, model, view, oracle, report) -> list[Violation]:
+    out = []
+    need = obs.width - 1
+    for i in range(obs.tokens.shape[0]):
+        p = obs.pad[i]
+        cached = obs.tokens[i, p:need].tolist()
+        if not cached:
+            continue
+        fresh = oracle(model, cached)
+        for layer, ((keys, values), (fk, fv)) in enumerate(zip(view.layers, fresh)):
+            tol = TOLERANCE.get(keys.dtype, 1e-2)
+            for kind, got, ref in (("keys", keys, fk), ("values", values, fv)):
+                got = got[i, :, p:need].to(ref.dtype)  # [H, n, D]
+                err = ((got - ref[0]).abs() / (1 + ref[0].abs())).amax(dim=(0, 2))  # [n]
+                if bool((err > tol).any()):
+                    j = int((err > tol).nonzero()[0])
+                    out.append(report(i, f"{kind} of content token {j} within {tol:g}",
+                                      f"relative error {float(err[j]):.3g} at layer {layer}, slot {p + j}",
+                                      "cached key/value differs from a fresh single-sequence forward", model))
+                    return out
+    return out

@@ -1,0 +1,42 @@
+"""I2 position continuity (Spec §3.2)."""
+
+from __future__ import annotations
+
+from ._util import reporter
+from .observation import Observation
+from .violation import Violation
+
+
+def position_continuity(obs: Observation) -> list[Violation]:
+    """Checked on the tensors really passed to each forward call, for both
+    models (Spec §3.2):
+
+    * every attended input token's position id is ``cumsum(mask) - 1`` of the
+      attention mask passed with it: content token ``j`` sits at position
+      ``j`` whatever the padding;
+    * after prefill, a row's first input of a call continues its committed
+      stream: position ``c_i - 1`` plus the speculative slots already cached.
+    """
+    report = reporter(obs, "I2", "position_continuity")
+    out: list[Violation] = []
+    rows = obs.tokens.shape[0]
+    for call in obs.calls:
+        t = call.cache_length
+        counts = call.attention_mask.long().cumsum(1)[:, t:]  # [B, n]
+        attended = call.attention_mask[:, t:] != 0  # [B, n]
+        wrong = attended & (call.position_ids != counts - 1)  # [B, n]
+        for i in wrong.any(1).nonzero().flatten().tolist():
+            j = int(wrong[i].nonzero()[0])
+            out.append(report(i, int(counts[i, j]) - 1, int(call.position_ids[i, j]),
+                              f"position id of input {j} is not cumsum(mask) - 1", call.model))
+        if obs.step == "prefill" or call.input_ids.shape[1] == 0:
+            continue
+        speculative = t - (obs.width - 1)
+        for i in range(min(rows, call.position_ids.shape[0])):
+            expected = obs.length[i] - 1 + speculative
+            actual = int(call.position_ids[i, 0])
+            if actual != expected:
+                out.append(report(i, expected, actual,
+                                  "first input does not continue the row's committed stream "
+                                  f"(c_i - 1 + {speculative} speculative cached slots)", call.model))
+    return out

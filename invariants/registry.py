@@ -1,0 +1,20 @@
+"""The ordered registry of invariants the checker walks (Spec §3).
+
+Like the INVARIANTS list of a TLA+ model config: one tuple, in order. Each
+entry is ``(id, predicate)``; every predicate is a pure function
+``(Observation, **options) -> list[Violation]``.
+"""
+
+from __future__ import annotations
+
+from .alignment import rectangular_alignment
+from .cache import cache_correspondence
+from .positions import position_continuity
+from .sync import draft_target_sync
+
+INVARIANTS = (
+    ("I1", rectangular_alignment),
+    ("I2", position_continuity),
+    ("I3", cache_correspondence),
+    ("I4", draft_target_sync),
+)

@@ -1,0 +1,53 @@
+"""Violations and the exception that carries one (Spec §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One failed predicate: which invariant, where, expected vs actual."""
+
+    invariant: str  # id, e.g. "I1"
+    name: str  # e.g. "rectangular_alignment"
+    round: int
+    step: str
+    row: int | None
+    expected: Any
+    actual: Any
+    detail: str
+    model: str | None = None
+    request: int | None = None
+
+    def __str__(self) -> str:
+        where = f"round {self.round}, step {self.step!r}"
+        if self.row is not None:
+            where += f", row {self.row}"
+            if self.request is not None:
+                where += f" (request {self.request})"
+        if self.model:
+            where += f", model {self.model!r}"
+        return (f"{self.invariant} {self.name} violated at {where}: {self.detail} "
+                f"(expected {self.expected!r}, actual {self.actual!r})")
+
+
+class InvariantViolation(AssertionError):
+    """Raised by the checker at the first violation; ``.violation`` holds it and
+    its fields are mirrored as attributes (``invariant``, ``round``, ``step``,
+    ``row``, ``expected``, ``actual``)."""
+
+    def __init__(self, violation: Violation, others: tuple[Violation, ...] = ()):
+        self.violation = violation
+        self.others = others
+        self.invariant = violation.invariant
+        self.name = violation.name
+        self.round = violation.round
+        self.step = violation.step
+        self.row = violation.row
+        self.model = violation.model
+        self.expected = violation.expected
+        self.actual = violation.actual
+        extra = f" (+{len(others)} more violations in this step)" if others else ""
+        super().__init__(str(violation) + extra)

@@ -1,0 +1,12 @@
+"""The reference implementation: EQSPEC on Hugging Face models (Spec §4).
+
+Installed as ``batchspec.reference``. Cache access lives in :mod:`.cache`
+only; the algorithm (:mod:`.eqspec`) yields an event after every step and
+never times or prints.
+"""
+
+from .eqspec import Event, RoundRecord, decode
+from .observe import observation
+from .steps import Models
+
+__all__ = ["Event", "Models", "RoundRecord", "decode", "observation"]

@@ -1,0 +1,100 @@
+"""EQSPEC: synchronise the batch after every round (Spec §4, paper §3).
+
+The algorithm is a generator of :class:`Event` s, one after every step. It
+does no timing and no printing: the caller (``batchspec.api``) times the
+steps from outside and checks the invariants on each event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generator
+
+import torch
+
+from .acceptance import commit_counts, greedy
+from .state import BatchState, RowOutput, repad
+from .steps import Models, Round, catch_up, draft_one, prefill, unpad_append_repad, verify
+
+
+@dataclass
+class RoundRecord:
+    """What one round did, for statistics and traces (style §7)."""
+
+    round: int
+    requests: list[int]  # rows at the start of the round
+    drafted: int  # k'
+    accepted: list[int]  # m_i, drafts accepted
+    committed: list[int]  # a_i, tokens appended (after EOS / budget cuts)
+    width: int  # L' after the round
+    moved: bool  # a realignment gather ran (some δ_i != 0 or a row left)
+
+
+@dataclass
+class Event:
+    """Yielded after every step: the phase for timing, the state for checking."""
+
+    phase: str  # "draft" | "verify" | "align" | "other"
+    step: str  # observation step: "prefill" | "draft" | "verify" | "align"; "finish" (empty batch)
+    state: BatchState
+    calls: list
+    drafts: torch.Tensor | None = None  # [B, k'] of the current round
+    record: RoundRecord | None = None
+
+
+Decoder = Generator[Event, None, dict[int, RowOutput]]
+
+
+def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int,
+           max_new_tokens: int, eos: torch.Tensor | None) -> Decoder:
+    """Decode one batch with EQSPEC (``k >= 1``) or, with ``models.draft is
+    None`` and ``k = 0``, plain autoregressive decoding through the same
+    padding machinery. Returns each request's output (Spec §4)."""
+    outputs = {r: RowOutput() for r in requests}
+    if max_new_tokens == 0:
+        return outputs
+    calls: list = []
+    state = prefill(models, prompts, requests, calls)
+    yield Event("other", "prefill", state, calls)
+    while state.batch:
+        yield from eqspec_round(models, state, k, max_new_tokens, eos, outputs)
+    return outputs
+
+
+def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs) -> Generator[Event, None, None]:
+    """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
+    state.round += 1
+    budget = max_new_tokens - state.generated  # [B] remaining per row
+    # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2).
+    rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)))
+    for _ in range(rnd.k):
+        calls: list = []
+        draft_one(models, state, rnd, calls)
+        yield Event("draft", "draft", state, calls, rnd.drafts)
+    # 2. Verify [newest] + drafts in one target pass; decide acceptance (Spec §4.3).
+    calls = []
+    logits = verify(models, state, rnd, calls)  # [B, k'+1, V]
+    verdict = greedy(rnd.drafts, logits)
+    a, eos_hit, finished = commit_counts(verdict, budget, eos)  # [B] each
+    yield Event("verify", "verify", state, calls, rnd.drafts)
+    # 3. A staying row that accepted all k' drafts needs the last draft's KV (Spec §4.2.1).
+    if rnd.k and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
+        calls = []
+        catch_up(models, state, rnd, calls)
+        yield Event("draft", "draft", state, calls, rnd.drafts)
+    # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
+    for i, request in enumerate(state.requests):
+        out = outputs[request]
+        out.tokens.extend(verdict.proposal[i, : int(a[i])].tolist())
+        if finished[i]:
+            out.stop = "eos" if eos_hit[i] else "length"
+    # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
+    plan = repad(state.pad, state.length, a, ~finished, state.width)
+    record = RoundRecord(state.round, list(state.requests), rnd.k, verdict.accepted_drafts.tolist(),
+                         a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0)
+    if plan.rows.numel() == 0:  # every row finished: nothing left to align
+        state.tokens = state.tokens[:0]
+        yield Event("align", "finish", state, [], None, record)
+        return
+    unpad_append_repad(state, verdict, plan)
+    yield Event("align", "align", state, [], None, record)

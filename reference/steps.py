@@ -1,0 +1,115 @@
+"""The transitions of Spec §4, each a function on the batch state.
+
+Every forward call goes through :func:`forward`, which records what the model
+was really given (tokens, mask, positions, cache length) so that the
+invariants check the tensors actually used, not a re-derivation (style §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..invariants.observation import ForwardCall
+from . import cache as kv
+from .acceptance import Verdict
+from .state import BatchState, Repad, attention_mask, content_index, left_pad
+
+
+@dataclass
+class Models:
+    """The two models; ``draft`` is ``None`` for autoregressive decoding."""
+
+    target: object
+    draft: object | None = None
+
+
+@dataclass
+class Round:
+    """Scratch of one round: drafts and their distributions (Spec §4.2)."""
+
+    k: int  # k'
+    drafts: torch.Tensor  # [B, k'] proposed tokens
+    draft_logits: list = field(default_factory=list)  # k' tensors [B, V], kept for sampling
+
+
+def forward(model, name: str, cache, calls: list, input_ids, mask, positions, keep: int = 0):
+    """Run one recorded forward call; return logits ``[B, n or keep, V]``."""
+    calls.append(ForwardCall(name, input_ids, mask, positions, kv.cache_length(cache)))
+    return kv.run_forward(model, cache, input_ids, mask, positions, logits_to_keep=keep)
+
+
+def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list) -> BatchState:
+    """Left-pad the prompts and fill both caches with slots ``0 .. L-2`` (Spec §4.1)."""
+    device = models.target.device
+    tokens, pad, length = left_pad(prompts, device)  # [B, L], [B], [B]
+    width = tokens.shape[1]
+    caches = {"target": kv.new_cache(models.target)}
+    if models.draft is not None:
+        caches["draft"] = kv.new_cache(models.draft)
+    if width > 1:
+        mask = attention_mask(pad, width - 1)  # [B, L-1]
+        positions = content_index(pad, 0, width - 1)  # [B, L-1]
+        for name, cache in caches.items():
+            model = models.target if name == "target" else models.draft
+            forward(model, name, cache, calls, tokens[:, :-1], mask, positions, keep=1)
+    return BatchState(tokens, pad, length, list(requests), length.clone(),
+                      caches["target"], caches.get("draft"))
+
+
+def draft_one(models: Models, state: BatchState, rnd: Round, calls: list) -> None:
+    """Draft one more token: feed the newest token or the previous draft (Spec §4.2)."""
+    j = rnd.drafts.shape[1]  # drafts so far
+    width = state.width
+    fed = state.tokens[:, -1:] if j == 0 else rnd.drafts[:, -1:]  # [B, 1]
+    mask = attention_mask(state.pad, width + j)  # [B, L + j]
+    positions = content_index(state.pad, width - 1 + j, width + j)  # [B, 1]
+    logits = forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
+    rnd.draft_logits.append(logits[:, -1])
+    rnd.drafts = torch.cat([rnd.drafts, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+
+
+def verify(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
+    """One target pass over ``[newest token] + drafts``; logits ``[B, k'+1, V]`` (Spec §4.3)."""
+    width = state.width
+    fed = torch.cat([state.tokens[:, -1:], rnd.drafts], dim=1)  # [B, k'+1]
+    mask = attention_mask(state.pad, width + rnd.k)  # [B, L + k']
+    positions = content_index(state.pad, width - 1, width + rnd.k)  # [B, k'+1]
+    return forward(models.target, "target", state.target_cache, calls, fed, mask, positions)
+
+
+def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> None:
+    """Give the draft cache the key/value of the last draft (Spec §4.2.1).
+
+    Needed only when a staying row accepted all ``k'`` drafts: the draft was
+    never fed its own last proposal, and the row's next round needs it.
+    """
+    width = state.width
+    fed = rnd.drafts[:, -1:]  # [B, 1]
+    mask = attention_mask(state.pad, width + rnd.k)  # [B, L + k']
+    positions = content_index(state.pad, width - 1 + rnd.k, width + rnd.k)  # [B, 1]
+    forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
+
+
+def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None:
+    """Append each kept row's ``a_i`` tokens and left-pad again to ``L'``;
+    shift every cache row by ``δ_i`` and drop rejected drafts (Spec §4.4, §4.5).
+
+    One gather per tensor; when nothing moves (every ``δ_i = 0``, no row
+    left) the caches are only cropped.
+    """
+    extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
+    caches = [c for c in (state.target_cache, state.draft_cache) if c is not None]
+    if plan.moves:
+        state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
+        for cache in caches:
+            kv.realign(cache, plan.rows, plan.slots[:, : plan.width - 1])
+    else:
+        state.tokens = extended[:, : plan.width]
+        for cache in caches:
+            kv.crop_to(cache, plan.width - 1)
+    keep = plan.rows.tolist()
+    state.requests = [state.requests[i] for i in keep]
+    state.prompt_length = state.prompt_length[plan.rows]
+    state.pad, state.length = plan.pad, plan.length
