@@ -6,8 +6,8 @@ predicates; ``batchspec.reference`` the algorithm; ``batchspec.models`` tiny
 offline model pairs.
 """
 
-from .api import METHODS, GenerationResult, generate
+from .api import METHODS, DecodeConfig, GenerationResult, Method, generate, register_method
 from .invariants import InvariantViolation, Violation
 
 __version__ = "0.1.0"
-__all__ = ["METHODS", "GenerationResult", "InvariantViolation", "Violation", "generate", "__version__"]
+__all__ = ["METHODS", "DecodeConfig", "GenerationResult", "Method", "register_method", "InvariantViolation", "Violation", "generate", "__version__"]

@@ -21,17 +21,56 @@ from .validate import validate
 
 
 @dataclass(frozen=True)
-class Method:
-    """A decoding method: how to build its decoder for one batch."""
+class DecodeConfig:
+    """Everything a method needs besides the models and the prompts."""
 
-    run: Callable  # (models, prompts, requests, k, max_new_tokens, eos) -> Decoder
+    k: int  # num_draft_tokens
+    max_new_tokens: int
+    eos: torch.Tensor | None  # [E] EOS ids, or None
+    batch_size: int
+    window_size: int | None = None  # EXSPEC
+    sort_by_length: bool = True  # EXSPEC
+
+
+@dataclass(frozen=True)
+class Method:
+    """A decoding method: ``decoders(models, prompts, config)`` yields one
+    decoder generator (Spec §4) per batch it forms; each returns
+    ``{request: RowOutput}``."""
+
+    decoders: Callable
     needs_draft: bool
 
 
+def static_batches(run):
+    """Split the prompts into successive batches of ``config.batch_size``."""
+
+    def decoders(models, prompts, config):
+        for first in range(0, len(prompts), config.batch_size):
+            requests = list(range(first, min(first + config.batch_size, len(prompts))))
+            yield run(models, [list(prompts[r]) for r in requests], requests, config)
+
+    return decoders
+
+
+def _eqspec(models, prompts, requests, config):
+    return decode(models, prompts, requests, config.k, config.max_new_tokens, config.eos)
+
+
+def _autoregressive(models, prompts, requests, config):
+    return decode(Models(models.target), prompts, requests, 0, config.max_new_tokens, config.eos)
+
+
+#: Registry of methods; later modules add theirs with :func:`register_method`.
 METHODS: dict[str, Method] = {
-    "eqspec": Method(lambda m, p, r, k, n, e: decode(m, p, r, k, n, e), True),
-    "autoregressive": Method(lambda m, p, r, k, n, e: decode(Models(m.target), p, r, 0, n, e), False),
+    "eqspec": Method(static_batches(_eqspec), True),
+    "autoregressive": Method(static_batches(_autoregressive), False),
 }
+
+
+def register_method(name: str, method: Method) -> None:
+    """Make ``method`` available as ``generate(..., method=name)``."""
+    METHODS[name] = method
 
 
 @dataclass
@@ -45,7 +84,8 @@ class GenerationResult:
 
 
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
-             batch_size=None, eos_token_id=None, check_invariants=False) -> GenerationResult:
+             batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
+             sort_by_length=True) -> GenerationResult:
     """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4).
 
     Greedy output equals, token for token, the target's own batch-1 greedy
@@ -53,25 +93,23 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     ``False``; ``True`` (raise :class:`InvariantViolation` at the first
     violation, structural checks); ``"semantic"`` (also recompute every cached
     key/value with a fresh forward); ``"record"`` (collect every violation in
-    ``result.violations`` and run to the end).
+    ``result.violations`` and run to the end). ``window_size`` and
+    ``sort_by_length`` apply to ``method="exspec"``.
     """
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
                    batch_size, eos_token_id, check_invariants)
     spec = METHODS[method]
     models = Models(target, draft if spec.needs_draft else None)
-    eos_t = torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None
-    oracle = None
-    if check_invariants == "semantic":
-        oracle = hf_oracle({"target": target, "draft": draft})
-    stats, found = Stats(method), []
-    outputs = {}
-    size = batch_size or max(len(prompts), 1)
+    config = DecodeConfig(
+        k=num_draft_tokens, max_new_tokens=max_new_tokens,
+        eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
+        batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
+        sort_by_length=sort_by_length)
+    oracle = hf_oracle({"target": target, "draft": draft}) if check_invariants == "semantic" else None
+    stats, found, outputs = Stats(method), [], {}
     start = time.perf_counter()
     with torch.no_grad():
-        for first in range(0, len(prompts), size):
-            requests = list(range(first, min(first + size, len(prompts))))
-            decoder = spec.run(models, [list(prompts[r]) for r in requests], requests,
-                               num_draft_tokens, max_new_tokens, eos_t)
+        for decoder in spec.decoders(models, prompts, config):
             outputs.update(_drive(decoder, stats, check_invariants, oracle, found, target.device))
     stats.wall_seconds = time.perf_counter() - start
     sequences = [outputs[r].tokens for r in range(len(prompts))]

@@ -5,8 +5,8 @@ only; the algorithm (:mod:`.eqspec`) yields an event after every step and
 never times or prints.
 """
 
-from .eqspec import Event, RoundRecord, decode
+from .eqspec import STEPS, Event, RoundRecord, Steps, decode
 from .observe import observation
 from .steps import Models
 
-__all__ = ["Event", "Models", "RoundRecord", "decode", "observation"]
+__all__ = ["STEPS", "Steps", "Event", "Models", "RoundRecord", "decode", "observation"]

@@ -12,9 +12,28 @@ from typing import Generator
 
 import torch
 
-from .acceptance import commit_counts, greedy
-from .state import BatchState, RowOutput, repad
-from .steps import Models, Round, catch_up, draft_one, prefill, unpad_append_repad, verify
+from . import acceptance, state as layout, steps as transitions
+from .state import BatchState, RowOutput
+from .steps import Models, Round
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The transitions a round is made of: the one hook through which a test
+    or a tutorial swaps a step for a deliberately faulty one
+    (``dataclasses.replace(STEPS, verify=...)``) without a flag in the loop."""
+
+    prefill: object = transitions.prefill
+    draft_one: object = transitions.draft_one
+    verify: object = transitions.verify
+    accept: object = acceptance.greedy
+    commit_counts: object = acceptance.commit_counts
+    catch_up: object = transitions.catch_up
+    repad: object = layout.repad
+    unpad_append_repad: object = transitions.unpad_append_repad
+
+
+STEPS = Steps()
 
 
 @dataclass
@@ -46,7 +65,7 @@ Decoder = Generator[Event, None, dict[int, RowOutput]]
 
 
 def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int,
-           max_new_tokens: int, eos: torch.Tensor | None) -> Decoder:
+           max_new_tokens: int, eos: torch.Tensor | None, steps: Steps = STEPS) -> Decoder:
     """Decode one batch with EQSPEC (``k >= 1``) or, with ``models.draft is
     None`` and ``k = 0``, plain autoregressive decoding through the same
     padding machinery. Returns each request's output (Spec §4)."""
@@ -54,14 +73,15 @@ def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int
     if max_new_tokens == 0:
         return outputs
     calls: list = []
-    state = prefill(models, prompts, requests, calls)
+    state = steps.prefill(models, prompts, requests, calls)
     yield Event("other", "prefill", state, calls)
     while state.batch:
-        yield from eqspec_round(models, state, k, max_new_tokens, eos, outputs)
+        yield from eqspec_round(models, state, k, max_new_tokens, eos, outputs, steps)
     return outputs
 
 
-def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs) -> Generator[Event, None, None]:
+def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
+                 steps: Steps = STEPS) -> Generator[Event, None, None]:
     """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
     state.round += 1
     budget = max_new_tokens - state.generated  # [B] remaining per row
@@ -69,18 +89,18 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs) -> 
     rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)))
     for _ in range(rnd.k):
         calls: list = []
-        draft_one(models, state, rnd, calls)
+        steps.draft_one(models, state, rnd, calls)
         yield Event("draft", "draft", state, calls, rnd.drafts)
     # 2. Verify [newest] + drafts in one target pass; decide acceptance (Spec §4.3).
     calls = []
-    logits = verify(models, state, rnd, calls)  # [B, k'+1, V]
-    verdict = greedy(rnd.drafts, logits)
-    a, eos_hit, finished = commit_counts(verdict, budget, eos)  # [B] each
+    logits = steps.verify(models, state, rnd, calls)  # [B, k'+1, V]
+    verdict = steps.accept(rnd.drafts, logits)
+    a, eos_hit, finished = steps.commit_counts(verdict, budget, eos)  # [B] each
     yield Event("verify", "verify", state, calls, rnd.drafts)
     # 3. A staying row that accepted all k' drafts needs the last draft's KV (Spec §4.2.1).
     if rnd.k and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
         calls = []
-        catch_up(models, state, rnd, calls)
+        steps.catch_up(models, state, rnd, calls)
         yield Event("draft", "draft", state, calls, rnd.drafts)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     for i, request in enumerate(state.requests):
@@ -89,12 +109,12 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs) -> 
         if finished[i]:
             out.stop = "eos" if eos_hit[i] else "length"
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
-    plan = repad(state.pad, state.length, a, ~finished, state.width)
+    plan = steps.repad(state.pad, state.length, a, ~finished, state.width)
     record = RoundRecord(state.round, list(state.requests), rnd.k, verdict.accepted_drafts.tolist(),
                          a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0)
     if plan.rows.numel() == 0:  # every row finished: nothing left to align
         state.tokens = state.tokens[:0]
         yield Event("align", "finish", state, [], None, record)
         return
-    unpad_append_repad(state, verdict, plan)
+    steps.unpad_append_repad(state, verdict, plan)
     yield Event("align", "align", state, [], None, record)
