@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny float64 model pairs and their batch-1 greedy references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchspec.models import tiny
+from batchspec.testing import reference_greedy
+
+torch.set_num_threads(1)  # tiny models: per-call overhead dominates; one thread avoids oversubscription
+
+
+@pytest.fixture(scope="session")
+def pairs():
+    """``pairs(family, draft)``: cached tiny float64 pairs."""
+    cache = {}
+
+    def get(family: str, draft: str = "perturbed"):
+        if (family, draft) not in cache:
+            cache[family, draft] = tiny.pair(family, draft)
+        return cache[family, draft]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def greedy_reference():
+    """``greedy_reference(target, prompt, n, eos)``: cached ``target.generate`` at batch 1."""
+    cache = {}
+
+    def get(target, prompt, n, eos=None):
+        key = (id(target), tuple(prompt), n, tuple(eos) if isinstance(eos, list) else eos)
+        if key not in cache:
+            cache[key] = reference_greedy(target, prompt, n, eos)
+        return cache[key]
+
+    return get
