@@ -39,6 +39,7 @@ class ForwardCall:
     attention_mask: torch.Tensor  # [B, T + n], over cache slots then inputs
     position_ids: torch.Tensor  # [B, n]
     cache_length: int  # T, slots in the cache before the call
+    logits: torch.Tensor | None = None  # [B, n or kept, V] what the call returned (I5 reads the target's)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Observation:
     calls: list[ForwardCall] = field(default_factory=list)  # made during this step
     requests: list[int] | None = None  # request id of each row, for messages
     draft_tokens: torch.Tensor | None = None  # [B, k'] drafts of the current round, if any
+    committed: list[list[int]] | None = None  # tokens this step commits to each row (verify), for I5
 
     @property
     def width(self) -> int:

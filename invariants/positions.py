@@ -22,6 +22,10 @@ def position_continuity(obs: Observation) -> list[Violation]:
     rows = obs.tokens.shape[0]
     for call in obs.calls:
         t = call.cache_length
+        if call.attention_mask.shape[1] != t + call.input_ids.shape[1]:  # nothing to derive from
+            out.append(report(None, t + call.input_ids.shape[1], call.attention_mask.shape[1],
+                              "attention mask does not cover the cached slots and the inputs", call.model))
+            continue
         counts = call.attention_mask.long().cumsum(1)[:, t:]  # [B, n]
         attended = call.attention_mask[:, t:] != 0  # [B, n]
         wrong = attended & (call.position_ids != counts - 1)  # [B, n]

@@ -11,10 +11,12 @@ from .alignment import rectangular_alignment
 from .cache import cache_correspondence
 from .positions import position_continuity
 from .sync import draft_target_sync
+from .verification import greedy_verification
 
 INVARIANTS = (
     ("I1", rectangular_alignment),
     ("I2", position_continuity),
     ("I3", cache_correspondence),
     ("I4", draft_target_sync),
+    ("I5", greedy_verification),
 )

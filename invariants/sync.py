@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ._util import reporter
 from .observation import Observation
 from .violation import Violation
@@ -30,7 +32,9 @@ def draft_target_sync(obs: Observation) -> list[Violation]:
             continue
         t = call.cache_length
         mask = call.attention_mask
-        committed_ok = (mask[:, :need] == obs.mask[:, :need]).all(1) & (mask[:, need:] != 0).all(1)  # [B]
+        covers = mask.shape[1] == t + call.input_ids.shape[1] and mask.shape[1] >= need  # else I2 reports it
+        committed_ok = ((mask[:, :need] == obs.mask[:, :need]).all(1) & (mask[:, need:] != 0).all(1)
+                        if covers else mask.new_ones(mask.shape[0], dtype=torch.bool))  # [B]
         for i in (~committed_ok).nonzero().flatten().tolist():
             out.append(report(i, obs.mask[i, :need].tolist() + ["1..."], mask[i].tolist(),
                               "call does not attend exactly the committed slots", call.model))

@@ -10,6 +10,8 @@ from .state import attention_mask
 
 def observation(event: Event) -> Observation:
     """The observation the invariants read after ``event``'s step."""
+    if event.observe is not None:  # a decoder with its own layout records what it really holds
+        return event.observe()
     state = event.state
     caches = {"target": CacheView(kv.layer_tensors(state.target_cache))}
     if state.draft_cache is not None:
@@ -25,4 +27,5 @@ def observation(event: Event) -> Observation:
         calls=list(event.calls),
         requests=list(state.requests),
         draft_tokens=event.drafts,
+        committed=event.committed,
     )

@@ -36,8 +36,10 @@ class Round:
 
 def forward(model, name: str, cache, calls: list, input_ids, mask, positions, keep: int = 0):
     """Run one recorded forward call; return logits ``[B, n or keep, V]``."""
-    calls.append(ForwardCall(name, input_ids, mask, positions, kv.cache_length(cache)))
-    return kv.run_forward(model, cache, input_ids, mask, positions, logits_to_keep=keep)
+    call = ForwardCall(name, input_ids, mask, positions, kv.cache_length(cache))
+    calls.append(call)
+    call.logits = kv.run_forward(model, cache, input_ids, mask, positions, logits_to_keep=keep)
+    return call.logits
 
 
 def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list) -> BatchState:

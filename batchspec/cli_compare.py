@@ -1,0 +1,166 @@
+"""``batchspec compare``: methods × batch sizes on one model pair, the analogue of the paper's Table 1.
+
+For every method and batch size: exact match and partial match against the
+target's own batch-1 greedy output (the definition of correctness, Spec §5.2),
+the first invariant violation (invariant, round) recorded on the way, tokens
+committed per target call, and verified tokens thrown away. ``--json`` prints
+the same rows for machines.
+
+Which pair is used is decided in one place, :data:`PAIRS` (and
+:data:`DEFAULT_PAIR`), shared with ``batchspec audit``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from . import api
+from .audit import audit
+from .invariants import InvariantViolation
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    """A model pair the CLI can run: ``load(dtype) -> (target, draft)`` and
+    ``prompts(count, seed) -> [[token ids]]`` that suit its vocabulary."""
+
+    description: str
+    load: Callable
+    prompts: Callable
+    dtype: torch.dtype
+
+
+def _tiny(family: str) -> PairChoice:
+    def load(dtype):
+        from .models import tiny
+
+        return tiny.pair(family, "perturbed", dtype=dtype)
+
+    def prompts(count, seed):
+        rng = random.Random(seed)  # ids 2.. : 0 is the pad id and 1 the EOS id of the tiny configs
+        return [[rng.randrange(2, 96) for _ in range(rng.randint(2, 12))] for _ in range(count)]
+
+    return PairChoice(f"random tiny {family} target, perturbed draft (float64)", load, prompts, torch.float64)
+
+
+#: name -> pair. Point :data:`DEFAULT_PAIR` at the trained default pair once it ships.
+PAIRS: dict[str, PairChoice] = {f"tiny-{f}": _tiny(f) for f in ("llama", "qwen3", "glm4")}
+DEFAULT_PAIR = "tiny-llama"
+#: Order of the table; methods registered later (e.g. "exspec") follow.
+METHOD_ORDER = ("autoregressive", "eqspec", "rollback", "masking", "dsd")
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    method: str
+    batch_size: int
+    exact: float  # % of prompts token-identical to the reference
+    partial: float  # mean % matching prefix over reference length
+    first_violation: tuple | None  # (invariant, round)
+    violations: int
+    tokens_per_target_call: float
+    wasted_tokens: int
+
+
+@torch.no_grad()
+def references(target, prompts, max_new_tokens: int) -> list[list[int]]:
+    """The target's batch-1 greedy continuations (``target.generate``)."""
+    out = []
+    for prompt in prompts:
+        ids = torch.tensor([prompt], dtype=torch.long, device=target.device)
+        full = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                               max_new_tokens=max_new_tokens, pad_token_id=0)
+        out.append(full[0, len(prompt):].tolist())
+    return out
+
+
+def first_semantic(target, draft, prompts, method, **options):
+    """``(invariant, round)`` of the first violation in semantic mode, or None."""
+    try:
+        api.generate(target, draft, prompts, method=method, check_invariants="semantic", **options)
+    except InvariantViolation as caught:
+        return caught.invariant, caught.round
+    return None
+
+
+def compare(target, draft, prompts, methods, batch_sizes, k: int = 3, max_new_tokens: int = 24,
+            semantic: bool = False) -> list[Row]:
+    """Run every method at every batch size and score it (see the module doc)."""
+    expected = references(target, prompts, max_new_tokens)
+    rows = []
+    for method in methods:
+        for batch in batch_sizes:
+            options = dict(num_draft_tokens=k, max_new_tokens=max_new_tokens, batch_size=batch)
+            result = api.generate(target, draft, prompts, method=method, check_invariants="record", **options)
+            first = (result.violations[0].invariant, result.violations[0].round) if result.violations else None
+            if first is None and semantic:
+                first = first_semantic(target, draft, prompts, method, **options)
+            report = audit(prompts, expected, result.sequences)
+            rows.append(Row(method, batch, 100 * report.exact_rate, 100 * report.partial_rate, first,
+                            len(result.violations), result.stats.tokens_per_target_call,
+                            result.stats.wasted_tokens))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a fixed-width text table."""
+    head = f"{'method':<15}{'batch':>6}{'exact %':>9}{'partial %':>11}  {'first violation':<17}" \
+           f"{'tokens/target call':>19}{'wasted verified':>17}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        first = f"{r.first_violation[0]}, round {r.first_violation[1]}" if r.first_violation else "-"
+        lines.append(f"{r.method:<15}{r.batch_size:>6}{r.exact:>9.1f}{r.partial:>11.1f}  {first:<17}"
+                     f"{r.tokens_per_target_call:>19.2f}{r.wasted_tokens:>17}")
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def register(subparsers) -> None:
+    """Add the ``compare`` subcommand."""
+    p = subparsers.add_parser("compare", help="methods x batch sizes on a model pair (paper Table 1)",
+                              description=__doc__.split("\n\n")[1])
+    p.add_argument("--pair", choices=sorted(PAIRS), default=DEFAULT_PAIR,
+                   help="model pair (default %(default)s)")
+    p.add_argument("--methods", help="comma-separated methods (default: every registered method)")
+    p.add_argument("--batch-sizes", default="1,4", help="comma-separated (default %(default)s)")
+    p.add_argument("--prompts", type=int, default=8, help="number of prompts (default %(default)s)")
+    p.add_argument("-k", "--num-draft-tokens", type=int, default=3, help="k (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="(default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
+    p.add_argument("--semantic", action="store_true",
+                   help="where the structural checks find nothing, look again with semantic I3")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    """Run ``batchspec compare`` with parsed ``args``."""
+    choice = PAIRS[args.pair]
+    methods = args.methods.split(",") if args.methods else \
+        [m for m in METHOD_ORDER if m in api.METHODS] + sorted(set(api.METHODS) - set(METHOD_ORDER))
+    unknown = [m for m in methods if m not in api.METHODS]
+    if unknown:
+        raise SystemExit(f"batchspec compare: unknown method(s) {unknown}; known: {sorted(api.METHODS)}")
+    target, draft = choice.load(choice.dtype)
+    prompts = choice.prompts(args.prompts, args.seed)
+    rows = compare(target, draft, prompts, methods, _ints(args.batch_sizes), args.num_draft_tokens,
+                   args.max_new_tokens, args.semantic)
+    settings = {"pair": args.pair, "prompts": args.prompts, "k": args.num_draft_tokens,
+                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "semantic": args.semantic}
+    if args.json:
+        print(json.dumps({"settings": settings, "rows": [asdict(r) for r in rows]}, indent=1))
+    else:
+        print(f"pair {args.pair} ({choice.description}); {args.prompts} prompts, k={args.num_draft_tokens}, "
+              f"max_new_tokens={args.max_new_tokens}; reference: the target's batch-1 greedy output")
+        print(table(rows))
+    return 0
