@@ -39,8 +39,11 @@ def _config(family: str, layers: int, hidden: int, heads: int):
     config_cls, _, extra = FAMILIES[family]
     cls = getattr(tf, config_cls)
     if family == "gpt2":
+        # untied head: scaling a tied head would scale the embeddings too, and the
+        # model would repeat its last input token forever
         return cls(vocab_size=VOCAB, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=256,
-                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1)
+                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=1,
+                   tie_word_embeddings=False)
     if family == "gpt_neox":
         return cls(vocab_size=VOCAB, hidden_size=hidden, num_hidden_layers=layers,
                    num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=256,

@@ -1,0 +1,191 @@
+"""Every Python block of spec/ runs, and the abstract model satisfies the theorems of §5.
+
+The blocks are executed in order in one namespace (``spec_namespace``); the
+counterexamples of §6 and §7 are ``assert`` statements inside the blocks, so
+executing them checks them. Here the theorems' executable statements are
+evaluated on every case of small bounded domains.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
+from _spec_helpers import python_blocks, spec_files, spec_namespace  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return spec_namespace()
+
+
+def test_every_section_file_has_blocks_and_all_execute():
+    module = types.ModuleType("batchspec_spec_check")
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
+    counts = {}
+    for path in spec_files():
+        blocks = python_blocks(path)
+        counts[path.name] = len(blocks)
+        for line, source in blocks:
+            exec(compile("\n" * (line - 1) + source, str(path), "exec"), namespace)  # noqa: S102
+    assert [p for p in counts if counts[p] == 0] == ["01-notation.md"]
+    assert sum(counts.values()) >= 30
+
+
+def _aligned_rows(batch: int, width: int):
+    """Every (pad, length) of ``batch`` rows satisfying I1 at ``width``, tight."""
+    for length in itertools.product(range(1, width + 1), repeat=batch):
+        if max(length) == width:
+            yield [width - c for c in length], list(length)
+
+
+def test_5_1_update_rule_preserves_alignment(spec):
+    cases = 0
+    for batch, width in itertools.product((1, 2, 3), (1, 2, 3, 4)):
+        for (pad, length), a, keep in itertools.product(
+                _aligned_rows(batch, width), itertools.product(range(1, 5), repeat=batch),
+                itertools.product((True, False), repeat=batch)):
+            assert spec["update_preserves_alignment"](pad, length, list(a), list(keep)), (pad, length, a, keep)
+            cases += 1
+    assert cases > 10_000
+
+
+def test_5_3_no_shift(spec):
+    for batch, width in itertools.product((1, 2, 3), (1, 2, 3, 4)):
+        for (pad, length), a in itertools.product(_aligned_rows(batch, width),
+                                                  itertools.product(range(1, 5), repeat=batch)):
+            assert spec["no_shift"](pad, length, list(a))
+    # the predicate can fail: unequal a_i at B = 2 shift a row (and the theorem does not apply)
+    *_, delta = spec["repad"]([0, 1], [2, 1], [1, 3], [True, True])
+    assert delta != [0, 0]
+
+
+def _error_sets(target, autoregressive, prompt, n):
+    """For every subset E of generated indices 0..n-1: the streams after which a
+    draft errs so that it proposes a wrong token exactly at the indices in E."""
+    output = autoregressive(target, prompt, n, ())
+    for size in range(n + 1):
+        for chosen in itertools.combinations(range(n), size):
+            yield {tuple(prompt + output[:j]) for j in chosen}
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+def test_5_2_exact_for_every_error_pattern(spec, k):
+    """Abstract model, every draft error pattern on 4 generated tokens per row,
+    batches of 1..3 rows with ragged prompts, with and without an EOS."""
+    toy, erring, exact, autoregressive = (spec[n] for n in ("toy_model", "erring_draft", "exact", "autoregressive"))
+    target = toy(11)
+    prompts = [[3, 1, 4], [5], [9, 2]]
+    runs = 0
+    for batch in (1, 2, 3):
+        rows = prompts[:batch]
+        per_row = [list(_error_sets(target, autoregressive, p, 4)) for p in rows]
+        eos_choices = [(), (autoregressive(target, rows[0], 4, ())[1],)]
+        combos = list(itertools.product(*per_row))
+        if k == 0:
+            combos = combos[:1]  # no draft: the errors do not matter
+        elif batch == 3:
+            combos = combos[::7]  # every 7th of the 4096 combinations of three rows
+        for errs, eos in itertools.product(combos, eos_choices):
+            models = {"target": target}
+            if k:
+                models["draft"] = erring(target, set().union(*errs))
+            assert exact(models, rows, k, 4, eos), (batch, errs, eos)
+            runs += 1
+    assert runs > (4 if k == 0 else 500)
+
+
+def test_5_2_exact_with_unrelated_drafts(spec):
+    """Drafts from an unrelated toy model (mostly rejected) and from the target
+    itself (always accepted), long enough for several rounds."""
+    toy, exact = spec["toy_model"], spec["exact"]
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10], [11, 12]]
+    for seed, k, batch in itertools.product(range(4), (1, 2, 5), (1, 2, 4)):
+        target = toy(100 + seed)
+        for draft in (toy(200 + seed), target):
+            assert exact({"target": target, "draft": draft}, prompts[:batch], k, 9, ())
+
+
+def test_5_4_tokens_per_call(spec):
+    """1 <= a_i <= k' + 1 in every round, and the expectation formulas against
+    an exact sum over acceptance patterns."""
+    toy, decode = spec["toy_model"], spec["decode"]
+    target, draft = toy(5), toy(6)
+    run = decode({"target": target, "draft": draft}, [[1, 2], [3], [4, 5, 6]], [0, 1, 2], 3, 10, ())
+    rounds = [obs.record for obs in run if obs.record]
+    assert rounds and all(1 <= a <= r["drafted"] + 1 for r in rounds for a in r["committed"])
+    expected = spec["expected_tokens"]
+    for alpha, k, batch in itertools.product((0.3, 0.8), (1, 3), (1, 2, 3)):
+        law = [alpha ** j * (1 - alpha) for j in range(k)] + [alpha ** k]  # P(m = j)
+        for rollback in (False, True):
+            total = 0.0
+            for ms in itertools.product(range(k + 1), repeat=batch):
+                p = 1.0
+                for m in ms:
+                    p *= law[m]
+                total += p * (min(ms) + 1 if rollback else sum(m + 1 for m in ms) / batch)
+            assert abs(total - expected(alpha, k, batch, rollback)) < 1e-12
+    assert round(expected(0.8, 5, 1, False), 2) == 3.69
+    assert round(expected(0.8, 5, 2, True), 2) == 2.59
+    assert round(expected(0.8, 5, 8, True), 2) == 1.20
+
+
+def test_each_abstract_invariant_fires(spec):
+    """Every abstract predicate is seen to fail on a violating state."""
+    toy = spec["toy_model"]
+    obs, _ = spec["masking_round_two"](toy(1), [[3], [3]])
+    assert spec["violated"](obs) == ["I1", "I2", "I4"]
+    # I3: a cache slot holding another token's record
+    batch = spec["Batch"]([[3, 1]], [0], [2], [0], [2], {"target": [[((4, 0),)]]})
+    assert spec["violated"](spec["Observation"]("align", batch)) == ["I3"]
+    # I3: a cache of the wrong length at a boundary
+    batch.caches["target"] = [[((3, 0),), ((1, 1),)]]
+    assert spec["violated"](spec["Observation"]("align", batch)) == ["I3"]
+    batch.caches["target"] = [[((3, 0),)]]
+    assert spec["violated"](spec["Observation"]("align", batch)) == []
+    assert spec["wrong_draft_cache_still_exact"](toy(1))
+    assert spec["draft_bonus_counterexample"](toy(1))  # I5 alone
+
+
+def test_abstract_registry_matches_code():
+    from batchspec.invariants import INVARIANTS
+
+    spec = spec_namespace()
+    assert [i for i, _ in spec["INVARIANTS"]] == [i for i, _ in INVARIANTS][: len(spec["INVARIANTS"])]
+    assert [p.__name__ for _, p in spec["INVARIANTS"]] == [p.__name__ for _, p in INVARIANTS][: len(spec["INVARIANTS"])]
+
+
+@pytest.mark.parametrize("policy", ["nearest_lengths", "full_group_only"])
+def test_8_5_exspec_exact_for_any_policy(spec, policy):
+    """EXSPEC in the abstract model: every invariant after every step and the
+    batch-1 output, for windows from B to 3B, k from 0 to 3, with and without EOS."""
+    toy, exact = spec["toy_model"], spec["exspec_exact"]
+    prompts = [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10], [11], [12, 13], [14, 15, 16]]
+    runs = 0
+    for seed, (batch, window), k in itertools.product(range(3), ((1, 1), (2, 2), (2, 5), (3, 7)), (0, 1, 3)):
+        target = toy(300 + seed)
+        eos = (spec["autoregressive"](target, prompts[0], 6, ())[2],) if seed == 1 else ()
+        for draft in ([None] if k == 0 else [toy(400 + seed), target]):
+            models = {"target": target} if draft is None else {"target": target, "draft": draft}
+            assert exact(models, prompts, batch, window, spec[policy], k, 6, eos), (seed, batch, window, k)
+            runs += 1
+    assert runs == 3 * 4 * 5
+
+
+def test_8_2_policies(spec):
+    """Both policies return min(B, W) distinct members; nearest_lengths has the
+    least padding of all choices and takes a member idle for MAX_IDLE rounds."""
+    nearest, authors, padding = spec["nearest_lengths"], spec["full_group_only"], spec["padding"]
+    window = [(5, 0), (3, 2), (5, 1), (4, 0), (3, 0), (5, 0)]
+    assert sorted(authors(window, 3)) == [0, 2, 5] and padding(window, authors(window, 3)) == 0
+    assert authors(window, 4) == [0, 1, 2, 3]
+    assert nearest(window, 2) == [1, 4]  # two equal-length groups: the one that waited longer
+    assert padding(window, nearest(window, 4)) == 1  # three 5s and the 4
+    window = [(9, 0), (3, 8), (9, 0), (9, 0)]
+    assert 1 in nearest(window, 2) and nearest(window, 2, max_idle=None) == [0, 2]

@@ -1,0 +1,156 @@
+"""Spec and code stay linked: ids exist, citations resolve, invariants have predicates and tests.
+
+* every heading of a spec section file carries an id ``§n.m``, unique, and
+  numbered inside its file's section (``§3.x`` in ``03-*.md``);
+* every name a Python block defines is defined under exactly one heading;
+* every ``Spec §x.y`` cited in the Python sources of ``batchspec/``,
+  ``reference/``, ``invariants/``, ``tests/`` and ``tutorials/`` exists;
+* every invariant of §3 (a heading ``§3.n In name``) has a predicate of the
+  same name registered under the same id in ``invariants/registry.py``, and
+  a test other than this file names that predicate; a reserved invariant
+  heading may have neither yet, and the registry has no invariant the spec
+  lacks.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
+from _spec_helpers import ROOT, python_blocks, spec_files  # noqa: E402
+
+HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+SECTION_ID = re.compile(r"^§(\d+(?:\.\d+)*)\s+\S")
+CITATION = re.compile(r"Spec\s+((?:§\d+(?:\.\d+)*(?:\s*(?:,|and|/)\s*)?)+)")
+INVARIANT_HEADING = re.compile(r"^§3\.\d+\s+(I\d+)\b")
+SOURCE_DIRS = ("batchspec", "reference", "invariants", "tests", "tutorials")
+
+
+def headings() -> list[tuple[Path, int, str]]:
+    """``(file, line, text)`` of every heading outside fenced code."""
+    out = []
+    for path in spec_files():
+        fenced = False
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                fenced = not fenced
+            match = None if fenced else HEADING.match(line)
+            if match:
+                out.append((path, number, match.group(2).strip()))
+    return out
+
+
+def section_ids() -> dict[str, tuple[Path, int, str]]:
+    return {SECTION_ID.match(text).group(1): (path, line, text)
+            for path, line, text in headings() if SECTION_ID.match(text)}
+
+
+def cited() -> dict[str, list[str]]:
+    """Section id -> places (``file:line``) that cite it."""
+    out: dict[str, list[str]] = {}
+    for folder in SOURCE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ".venv" in path.parts:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                for group in CITATION.findall(line):
+                    for section in re.findall(r"§(\d+(?:\.\d+)*)", group):
+                        out.setdefault(section, []).append(f"{path.relative_to(ROOT)}:{number}")
+    return out
+
+
+def test_every_heading_has_a_unique_id_in_its_section():
+    seen: dict[str, str] = {}
+    problems = []
+    for path, line, text in headings():
+        match = SECTION_ID.match(text)
+        if not match:
+            problems.append(f"{path.name}:{line}: heading without a §id: {text!r}")
+            continue
+        section = match.group(1)
+        if section.split(".")[0] != str(int(path.name[:2])):
+            problems.append(f"{path.name}:{line}: §{section} outside its file's section")
+        if section in seen:
+            problems.append(f"{path.name}:{line}: §{section} also at {seen[section]}")
+        seen[section] = f"{path.name}:{line}"
+    assert not problems, "\n".join(problems)
+    assert {"1", "2", "3", "4", "5", "6", "7"} <= set(seen)
+
+
+def test_every_definition_lives_under_one_heading():
+    where: dict[str, str] = {}
+    problems = []
+    for path in spec_files():
+        lines = path.read_text().splitlines()
+        for start, source in python_blocks(path):
+            heading = next((SECTION_ID.match(HEADING.match(l).group(2)).group(1)
+                            for l in reversed(lines[: start - 1]) if HEADING.match(l)), None)
+            if heading is None:
+                problems.append(f"{path.name}:{start}: block before any heading")
+                continue
+            for node in ast.parse(source).body:
+                names = []
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    names = [node.name]
+                elif isinstance(node, ast.Assign):
+                    names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                for name in names:
+                    if name in where and where[name] != heading:
+                        problems.append(f"{name} defined in §{where[name]} and again in §{heading}")
+                    where[name] = heading
+    assert not problems, "\n".join(problems)
+    assert len(where) >= 30
+
+
+def test_every_citation_exists():
+    ids = section_ids()
+    citations = cited()
+    missing = {s: places for s, places in citations.items() if s not in ids}
+    assert not missing, "cited sections that spec/ lacks:\n" + "\n".join(
+        f"§{s}: {', '.join(p)}" for s, p in sorted(missing.items()))
+    # the code cites the spec widely; an empty scan means the pattern broke
+    assert {"2.1", "3.1", "3.2", "3.3", "3.4", "4.4", "4.5"} <= set(citations)
+
+
+def test_citation_pattern():
+    assert CITATION.findall("(Spec §4.4, §4.5).") == ["§4.4, §4.5"]
+    text = "EQSPEC (Spec §4, paper §3). Spec §2.2 and §2.3"
+    assert [re.findall(r"§(\d+(?:\.\d+)*)", g) for g in CITATION.findall(text)] == [["4"], ["2.2", "2.3"]]
+
+
+def spec_invariants() -> dict[str, str | None]:
+    """Invariant id -> its predicate's name in the spec (None: reserved, no block)."""
+    out = {}
+    for path in spec_files():
+        lines = path.read_text().splitlines()
+        blocks = python_blocks(path)
+        for _, line, text in [h for h in headings() if h[0] == path]:
+            match = INVARIANT_HEADING.match(text)
+            if not match:
+                continue
+            following = [h[1] for h in headings() if h[0] == path and h[1] > line]
+            end = min(following, default=len(lines) + 1)
+            names = [node.name for start, source in blocks if line < start < end
+                     for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+            out[match.group(1)] = names[0] if names else None
+    return out
+
+
+def test_every_invariant_has_a_predicate_and_a_test():
+    from batchspec.invariants import INVARIANTS
+
+    registry = {i: p.__name__ for i, p in INVARIANTS}
+    invariants = spec_invariants()
+    assert {"I1", "I2", "I3", "I4"} <= set(invariants)
+    stated = {i: name for i, name in invariants.items() if name is not None}
+    problems = [f"{i}: the spec's predicate {name!r}, the registry's {registry.get(i)!r}"
+                for i, name in stated.items() if registry.get(i) != name]
+    problems += [f"{i}: registered, not in spec §3" for i in registry if i not in invariants]
+    tests = {p: p.read_text() for p in (ROOT / "tests").glob("test_*.py") if p.name != Path(__file__).name}
+    for i, name in stated.items():
+        if not any(re.search(rf"\b{name}\b", text) for text in tests.values()):
+            problems.append(f"{i}: no test names {name}")
+    assert not problems, "\n".join(problems)
