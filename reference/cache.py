@@ -28,6 +28,8 @@ __all__ = [
     "layer_tensors",
     "crop_to",
     "realign",
+    "stack",
+    "split",
     "run_forward",
     "check_supported",
 ]
@@ -93,6 +95,51 @@ def realign(cache: DynamicCache, rows: torch.Tensor, slots: torch.Tensor) -> Non
         layer.values = layer.values[r, :, slots].transpose(1, 2)
 
 
+def stack(model, rows: list[list], pad: list[int]) -> DynamicCache:
+    """One batch cache from per-sequence tensors (EXSPEC, Spec §8.3).
+
+    ``rows[b]`` is one sequence's cache as :func:`layer_tensors` gives it (per
+    layer ``(keys, values)`` ``[1, H, T_b, D]``; ``[]`` when nothing is cached
+    yet). Row ``b`` of the result is ``pad[b]`` zero slots, then its slots;
+    the caller chooses ``pad[b] = T - T_b``. With every ``pad[b] = 0`` (a
+    same-length group) it is one ``torch.cat`` per tensor: no padding, no
+    shift. Otherwise it is the fallback realignment: one zeroed ``[B, H, T,
+    D]`` tensor per cache tensor and one copy per row into slots ``pad[b]
+    ..``. Padding slots are masked; zeros keep them finite (I3).
+    """
+    cache = new_cache(model)
+    template = next((r for r in rows if r), None)
+    if template is None:  # nothing cached in any row
+        return cache
+    width = max(p + (r[0][0].shape[2] if r else 0) for p, r in zip(pad, rows))
+    for layer, (target, pair) in enumerate(zip(cache.layers, template)):
+        out = []
+        for kind, ref in enumerate(pair):
+            if not any(pad):
+                out.append(torch.cat([r[layer][kind] for r in rows], dim=0))
+                continue
+            full = ref.new_zeros((len(rows), ref.shape[1], width, ref.shape[3]))  # [B, H, T, D]
+            for b, (p, r) in enumerate(zip(pad, rows)):
+                if r:
+                    full[b, :, p:] = r[layer][kind][0]
+            out.append(full)
+        target.update(out[0][..., :0, :], out[1][..., :0, :])  # initialise through the public path
+        target.keys, target.values = out
+    return cache
+
+
+def split(cache: DynamicCache, spans: list[tuple[int, int, int]]) -> list[list]:
+    """Per-sequence tensors, one per span ``(row, start, stop)``: slots
+    ``start .. stop-1`` of batch row ``row``, in :func:`layer_tensors`' form
+    (``[]`` for an empty span; EXSPEC, Spec §8.3). Copies: a view would keep
+    the whole batch's tensors (every row, every speculative slot) alive for
+    as long as one of its sequences waits in the pool."""
+    tensors = layer_tensors(cache)
+    return [[(k[row:row + 1, :, start:stop].clone(), v[row:row + 1, :, start:stop].clone())
+             for k, v in tensors] if stop > start else [] for row, start, stop in spans]
+
+
+@torch.no_grad()
 def run_forward(model, cache, input_ids, attention_mask, position_ids, logits_to_keep: int = 0):
     """One forward call that extends ``cache`` by ``input_ids.shape[1]`` slots.
 

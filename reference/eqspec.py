@@ -47,6 +47,7 @@ class RoundRecord:
     committed: list[int]  # a_i, tokens appended (after EOS / budget cuts)
     width: int  # L' after the round
     moved: bool  # a realignment gather ran (some δ_i != 0 or a row left)
+    wasted: list[int] | None = None  # verified tokens thrown away per row (rollback baseline)
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Event:
     calls: list
     drafts: torch.Tensor | None = None  # [B, k'] of the current round
     record: RoundRecord | None = None
+    committed: list[list[int]] | None = None  # verify step: the a_i tokens each row commits (I5)
+    observe: object | None = None  # () -> Observation, for a decoder with its own layout (baselines)
 
 
 Decoder = Generator[Event, None, dict[int, RowOutput]]
@@ -96,7 +99,8 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     logits = steps.verify(models, state, rnd, calls)  # [B, k'+1, V]
     verdict = steps.accept(rnd.drafts, logits)
     a, eos_hit, finished = steps.commit_counts(verdict, budget, eos)  # [B] each
-    yield Event("verify", "verify", state, calls, rnd.drafts)
+    committed = [verdict.proposal[i, : int(a[i])].tolist() for i in range(state.batch)]
+    yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed)
     # 3. A staying row that accepted all k' drafts needs the last draft's KV (Spec §4.2.1).
     if rnd.k and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
         calls = []
@@ -105,7 +109,7 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     for i, request in enumerate(state.requests):
         out = outputs[request]
-        out.tokens.extend(verdict.proposal[i, : int(a[i])].tolist())
+        out.tokens.extend(committed[i])
         if finished[i]:
             out.stop = "eos" if eos_hit[i] else "length"
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).

@@ -153,7 +153,7 @@ CASES = [
     ("llama", "perturbed", 3, 3, 9, None),
     ("llama", "unrelated", 3, 2, 7, 2),
     ("qwen3", "perturbed", 3, 2, 8, 4),
-    ("gpt2", "unrelated", 5, 3, 8, None),
+    ("gpt2", "perturbed", 5, 3, 8, None),
     ("llama", "self", 3, 2, 7, None),
 ]
 
