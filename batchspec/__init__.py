@@ -7,7 +7,8 @@ offline model pairs.
 """
 
 from .api import METHODS, DecodeConfig, GenerationResult, Method, generate, register_method
+from .audit import audit
 from .invariants import InvariantViolation, Violation
 
 __version__ = "0.1.0"
-__all__ = ["METHODS", "DecodeConfig", "GenerationResult", "Method", "register_method", "InvariantViolation", "Violation", "generate", "__version__"]
+__all__ = ["METHODS", "DecodeConfig", "GenerationResult", "Method", "register_method", "InvariantViolation", "Violation", "generate", "audit", "__version__"]

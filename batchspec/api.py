@@ -16,6 +16,7 @@ import torch
 from .invariants import InvariantViolation, violations
 from .oracle import hf_oracle
 from .reference import Models, decode, observation
+from .reference.baselines import BASELINES
 from .stats import Stats
 from .validate import validate
 
@@ -71,6 +72,10 @@ METHODS: dict[str, Method] = {
 def register_method(name: str, method: Method) -> None:
     """Make ``method`` available as ``generate(..., method=name)``."""
     METHODS[name] = method
+
+
+for _name, _run in BASELINES.items():  # the broken alternatives, paper notes §5
+    register_method(_name, Method(static_batches(_run), True))
 
 
 @dataclass
@@ -150,3 +155,9 @@ def _drive(decoder, stats: Stats, mode, oracle, found: list, device) -> dict:
             found.extend(new)
             stats.check_seconds += time.perf_counter() - check_start
         tick = _clock(device)
+
+
+# EXSPEC builds on the driver above (batchspec/scheduler.py imports it), so it registers last.
+from .scheduler import EXSPEC  # noqa: E402
+
+register_method("exspec", EXSPEC)

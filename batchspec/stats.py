@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 PHASES = ("draft", "verify", "align", "other")
 
 
@@ -49,13 +51,80 @@ class Stats:
         committed = sum(sum(r.committed) for r in self.per_round)
         return committed / self.row_rounds if self.row_rounds else 0.0
 
+    @property
+    def wasted_tokens(self) -> int:
+        """Verified tokens a method threw away (rollback's cost; 0 for the others)."""
+        return sum(sum(r.wasted) for r in self.per_round if getattr(r, "wasted", None))
+
+    @property
+    def group_rate(self) -> float:
+        """Rounds whose batch needed no realignment / all rounds: for EXSPEC the
+        batches formed from one same-length group, for EQSPEC the rounds where
+        every ``δ_i = 0`` and no row left (0 when no round ran)."""
+        return 1 - self.realignments / self.rounds if self.rounds else 0.0
+
+    @property
+    def fallbacks(self) -> int:
+        """EXSPEC rounds that found no same-length group and realigned."""
+        return sum(getattr(r, "grouped", True) is False for r in self.per_round)
+
+    @property
+    def realignment_seconds(self) -> float:
+        """Time spent realigning caches (the ``align`` phase)."""
+        return self.phase_seconds["align"]
+
+    @property
+    def waiting_rounds(self) -> dict[int, int]:
+        """Per request, rounds it spent queued or passed over while other rows
+        ran (head-of-line blocking). EXSPEC's records list the waiting
+        requests; for methods whose records do not, every request is taken as
+        submitted before the first round (as in ``generate``), so it waited
+        each round before its last one that it was not in."""
+        if not any(hasattr(r, "waiting") for r in self.per_round):
+            last, served = {}, {}
+            for index, r in enumerate(self.per_round):
+                for request in r.requests:
+                    last[request] = index
+                    served[request] = served.get(request, 0) + 1
+            return {request: last[request] + 1 - served[request] for request in last}
+        out: dict[int, int] = {}
+        for r in self.per_round:
+            for request in r.requests:
+                out.setdefault(request, 0)
+            for request in r.waiting:
+                out[request] = out.get(request, 0) + 1
+        return out
+
+    @property
+    def waiting_seconds(self) -> dict[int, float]:
+        """Per request, the summed duration of the rounds it waited through
+        (EXSPEC: its records carry the round's seconds; empty otherwise)."""
+        if not any(hasattr(r, "waiting") for r in self.per_round):
+            return {}
+        out = {request: 0.0 for request in self.waiting_rounds}
+        for r in self.per_round:
+            for request in r.waiting:
+                out[request] += r.seconds or 0.0
+        return out
+
+    def waiting_percentiles(self, q=(50, 90, 99)) -> dict:
+        """``{"rounds": {50: .., 90: .., 99: ..}, "seconds": {...}}`` over requests
+        (linear interpolation; empty dicts when nothing was recorded)."""
+        out = {}
+        for unit, values in (("rounds", self.waiting_rounds), ("seconds", self.waiting_seconds)):
+            data = list(values.values())
+            out[unit] = {p: float(np.percentile(data, p)) for p in q} if data else {}
+        return out
+
     def as_dict(self) -> dict:
         """A JSON-ready summary."""
         return {
             "method": self.method, "rounds": self.rounds, "target_calls": self.target_calls,
             "draft_calls": self.draft_calls, "realignments": self.realignments,
             "generated_tokens": self.generated_tokens, "acceptance_rate": self.acceptance_rate,
-            "tokens_per_target_call": self.tokens_per_target_call,
+            "tokens_per_target_call": self.tokens_per_target_call, "wasted_tokens": self.wasted_tokens,
             "phase_seconds": dict(self.phase_seconds), "check_seconds": self.check_seconds,
-            "wall_seconds": self.wall_seconds,
+            "wall_seconds": self.wall_seconds, "group_rate": self.group_rate,
+            "fallbacks": self.fallbacks, "realignment_seconds": self.realignment_seconds,
+            "waiting": self.waiting_percentiles(),
         }

@@ -71,3 +71,14 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
             raise ValueError(f"prompts[{i}]: {len(prompt)} tokens + max_new_tokens {max_new_tokens} "
                              f"+ num_draft_tokens exceeds the target's max_position_embeddings {limit}")
     return eos_ids(eos_token_id, vocab)
+
+
+def window(window_size: int | None, batch_size: int, default: int) -> int:
+    """EXSPEC's window ``W``: ``default`` when None, else an int ``>= batch_size``
+    (a window smaller than the batch could never fill it)."""
+    if window_size is None:
+        return default
+    _int("window_size", window_size, 1)
+    if window_size < batch_size:
+        raise ValueError(f"window_size must be >= batch_size ({batch_size}), got {window_size}")
+    return window_size

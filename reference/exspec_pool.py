@@ -1,0 +1,132 @@
+"""The EXSPEC pool and its two moves: form a batch, release it (Spec §8.1, §8.3).
+
+Every active sequence is a :class:`Member`: its committed tokens and its own
+caches, unpadded and ragged between rounds — the layout of Spec §2.3 at
+``B = 1`` (``c_i`` tokens, ``c_i - 1`` cached slots). A round stacks some
+members into one left-padded :class:`BatchState` and, after verification,
+splits it back.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from ..invariants.observation import CacheView, Observation
+from . import cache as kv
+from .exspec_policy import Candidate
+from .state import BatchState, RowOutput, left_pad
+
+
+@dataclass(eq=False)  # members are compared by identity
+class Member:
+    """One active sequence of the window."""
+
+    request: int
+    tokens: torch.Tensor  # [c_i] prompt + generated
+    prompt_length: int
+    target_kv: list  # per layer (keys, values) [1, H, c_i - 1, D]; [] while nothing is cached
+    draft_kv: list | None
+    output: RowOutput = field(default_factory=RowOutput)
+    idle: int = 0  # rounds since it was last in a batch
+
+    batch = 1  # a member observed on its own is a batch of one
+
+    @property
+    def candidate(self) -> Candidate:
+        return Candidate(self.tokens.numel(), self.idle)
+
+    def observation(self, round_: int) -> Observation:
+        """The member as the invariants see it: one unpadded row (Spec §3)."""
+        caches = {"target": CacheView(self.target_kv)}
+        if self.draft_kv is not None:
+            caches["draft"] = CacheView(self.draft_kv)
+        c = self.tokens.numel()
+        return Observation(round_, "align", self.tokens[None], torch.ones_like(self.tokens)[None], [0], [c],
+                           caches, requests=[self.request])
+
+
+@dataclass
+class Pool:
+    """Prompts not yet admitted (FIFO) and the window of at most ``W``
+    members, in admission order (Spec §8.1)."""
+
+    batch_size: int  # B
+    window_size: int  # W >= B
+    queue: deque = field(default_factory=deque)  # (request, prompt)
+    window: list[Member] = field(default_factory=list)
+    round: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Some request is queued or decoding."""
+        return bool(self.queue or self.window)
+
+    def submit(self, request: int, prompt: list[int]) -> None:
+        self.queue.append((request, list(prompt)))
+
+    def admit(self) -> list[tuple[int, list[int]]]:
+        """The prompts that enter the window now: one per free place."""
+        return [self.queue.popleft() for _ in range(min(self.window_size - len(self.window), len(self.queue)))]
+
+    def waiting(self, chosen: list[Member]) -> list[int]:
+        """Requests queued or in the window but not in ``chosen``."""
+        return [r for r, _ in self.queue] + [m.request for m in self.window if m not in chosen]
+
+    def settle(self, chosen: list[Member], released: list[Member]) -> None:
+        """After a round: a chosen member is replaced by its released self,
+        keeping its place and output, or leaves when it finished (it is not in
+        ``released``); the others waited one more round."""
+        back = {m.request: m for m in released}
+        kept = []
+        for member in self.window:
+            if member not in chosen:
+                member.idle += 1
+            elif member.request in back:
+                back[member.request].output = member.output
+                member = back[member.request]
+            else:
+                continue
+            kept.append(member)
+        self.window = kept
+
+
+def form(models, members: list[Member], round_: int) -> tuple[BatchState, bool]:
+    """Stack members into one batch (Spec §8.3). Returns ``(state, realigned)``.
+
+    Equal lengths (paper §4, Corollaries B.2/B.3): the members are stacked as
+    they are — no padding change, no position recompute, no cache shift.
+    Otherwise the fallback is EQSPEC's layout: left-pad every row to the
+    longest, ``p_i = L - c_i``, and shift its caches by ``δ_i = p_i``.
+    """
+    length = torch.tensor([m.tokens.numel() for m in members], device=members[0].tokens.device)  # [B] c_i
+    pad = int(length.max()) - length  # [B] p_i
+    realigned = bool(pad.any())
+    if realigned:
+        tokens = left_pad([m.tokens.tolist() for m in members], length.device)[0]  # [B, L]
+    else:
+        tokens = torch.stack([m.tokens for m in members])  # [B, L]
+    p = pad.tolist()
+    target = kv.stack(models.target, [m.target_kv for m in members], p)
+    draft = kv.stack(models.draft, [m.draft_kv for m in members], p) if models.draft is not None else None
+    prompt_length = torch.tensor([m.prompt_length for m in members], device=length.device)
+    return BatchState(tokens, pad, length, [m.request for m in members], prompt_length, target, draft,
+                      round_), realigned
+
+
+def release(state: BatchState, grid: torch.Tensor, length: list[int], rows: list[int]) -> list[Member]:
+    """Split rows ``rows`` of a batch back into unpadded members (Spec §8.3).
+
+    Row ``b`` keeps its first ``length[b]`` content tokens of ``grid`` ``[B,
+    ≥ p_b + length[b]]`` (the token grid, or the grid extended by the round's
+    proposals) and cache slots ``p_b .. p_b + length[b] - 2``. No shift:
+    after verification the rows go back to the pool unaligned.
+    """
+    pad = state.pad.tolist()
+    spans = [(b, pad[b], pad[b] + length[b] - 1) for b in rows]
+    target = kv.split(state.target_cache, spans)
+    draft = kv.split(state.draft_cache, spans) if state.draft_cache is not None else [None] * len(rows)
+    return [Member(state.requests[b], grid[b, pad[b]:pad[b] + length[b]], int(state.prompt_length[b]),
+                   target[j], draft[j]) for j, b in enumerate(rows)]
