@@ -83,10 +83,22 @@ def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int
     return outputs
 
 
-def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
-                 steps: Steps = STEPS) -> Generator[Event, None, None]:
-    """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
-    state.round += 1
+@dataclass
+class Speculation:
+    """What steps 1–3 of a round decided (Spec §4.7.1), shared by EQSPEC and EXSPEC."""
+
+    rnd: Round
+    verdict: object  # acceptance.Verdict
+    a: torch.Tensor  # [B] a_i, tokens each row commits
+    eos_hit: torch.Tensor  # [B] bool
+    finished: torch.Tensor  # [B] bool
+    committed: list[list[int]]  # the a_i tokens of each row
+
+
+def speculate(models, state: BatchState, k, max_new_tokens, eos,
+              steps: Steps = STEPS) -> Generator[Event, None, Speculation]:
+    """Steps 1–3 of a round on an aligned batch (Spec §4.7.1): draft, verify
+    and decide, catch the draft cache up. Returns what was decided."""
     budget = max_new_tokens - state.generated  # [B] remaining per row
     # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2).
     rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)))
@@ -106,19 +118,28 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
         calls = []
         steps.catch_up(models, state, rnd, calls)
         yield Event("draft", "draft", state, calls, rnd.drafts)
+    return Speculation(rnd, verdict, a, eos_hit, finished, committed)
+
+
+def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
+                 steps: Steps = STEPS) -> Generator[Event, None, None]:
+    """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
+    state.round += 1
+    # 1.-3. Draft, verify and decide, catch up (Spec §4.7.1).
+    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     for i, request in enumerate(state.requests):
         out = outputs[request]
-        out.tokens.extend(committed[i])
-        if finished[i]:
-            out.stop = "eos" if eos_hit[i] else "length"
+        out.tokens.extend(spec.committed[i])
+        if spec.finished[i]:
+            out.stop = "eos" if spec.eos_hit[i] else "length"
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
-    plan = steps.repad(state.pad, state.length, a, ~finished, state.width)
-    record = RoundRecord(state.round, list(state.requests), rnd.k, verdict.accepted_drafts.tolist(),
-                         a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0)
+    plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished, state.width)
+    record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
+                         spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0)
     if plan.rows.numel() == 0:  # every row finished: nothing left to align
         state.tokens = state.tokens[:0]
         yield Event("align", "finish", state, [], None, record)
         return
-    steps.unpad_append_repad(state, verdict, plan)
+    steps.unpad_append_repad(state, spec.verdict, plan)
     yield Event("align", "align", state, [], None, record)

@@ -23,11 +23,11 @@ from typing import Generator
 import torch
 
 from . import exspec_pool
-from .eqspec import Event, RoundRecord, Steps
+from .eqspec import Event, RoundRecord, Steps, speculate
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import RowOutput
-from .steps import Models, Round
+from .steps import Models
 
 
 @dataclass(frozen=True)
@@ -86,31 +86,15 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     waiting = pool.waiting(chosen)
     state, realigned = steps.form(models, chosen, pool.round)
     yield Event("align" if realigned else "other", "align", state, [])
-    # 3. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2).
-    budget = max_new_tokens - state.generated  # [B]
-    rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)))
-    for _ in range(rnd.k):
-        calls = []
-        steps.draft_one(models, state, rnd, calls)
-        yield Event("draft", "draft", state, calls, rnd.drafts)
-    # 4. Verify [newest] + drafts in one target pass; decide acceptance (Spec §4.3).
-    calls = []
-    logits = steps.verify(models, state, rnd, calls)  # [B, k'+1, V]
-    verdict = steps.accept(rnd.drafts, logits)
-    a, eos_hit, finished = steps.commit_counts(verdict, budget, eos)  # [B] each
-    committed = [verdict.proposal[i, : int(a[i])].tolist() for i in range(state.batch)]
-    yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed)
-    # 5. A staying row that accepted all k' drafts needs the last draft's KV (Spec §4.2.1).
-    if rnd.k and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
-        calls = []
-        steps.catch_up(models, state, rnd, calls)
-        yield Event("draft", "draft", state, calls, rnd.drafts)
+    # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
+    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
+    a, finished, verdict = spec.a, spec.finished, spec.verdict
     # 6. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     done: dict[int, RowOutput] = {}
     for i, member in enumerate(chosen):
-        member.output.tokens.extend(committed[i])
+        member.output.tokens.extend(spec.committed[i])
         if finished[i]:
-            member.output.stop = "eos" if eos_hit[i] else "length"
+            member.output.stop = "eos" if spec.eos_hit[i] else "length"
             done[member.request] = member.output
     # 7. The other rows go back to the pool unaligned, each with its c_i + a_i tokens (Spec §8.3).
     grid = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
@@ -119,7 +103,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     for member in released:
         yield Event("other", "align", member, [], observe=lambda m=member, r=pool.round: m.observation(r))
     pool.settle(chosen, released)
-    record = ExspecRecord(round=pool.round, requests=list(state.requests), drafted=rnd.k,
+    record = ExspecRecord(round=pool.round, requests=list(state.requests), drafted=spec.rnd.k,
                           accepted=verdict.accepted_drafts.tolist(), committed=a.tolist(),
                           width=state.width, moved=realigned, grouped=not realigned,
                           padding=int(state.pad.sum()), waiting=waiting)
