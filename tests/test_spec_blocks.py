@@ -187,5 +187,5 @@ def test_8_2_policies(spec):
     assert authors(window, 4) == [0, 1, 2, 3]
     assert nearest(window, 2) == [1, 4]  # two equal-length groups: the one that waited longer
     assert padding(window, nearest(window, 4)) == 1  # three 5s and the 4
-    window = [(9, 0), (3, 8), (9, 0), (9, 0)]
+    window = [(9, 0), (3, spec["MAX_IDLE"]), (9, 0), (9, 0)]
     assert 1 in nearest(window, 2) and nearest(window, 2, max_idle=None) == [0, 2]
