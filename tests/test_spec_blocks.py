@@ -161,7 +161,7 @@ def test_abstract_registry_matches_code():
     assert [p.__name__ for _, p in spec["INVARIANTS"]] == [p.__name__ for _, p in INVARIANTS][: len(spec["INVARIANTS"])]
 
 
-@pytest.mark.parametrize("policy", ["nearest_lengths", "full_group_only"])
+@pytest.mark.parametrize("policy", ["laggards_first", "nearest_lengths", "full_group_only"])
 def test_8_5_exspec_exact_for_any_policy(spec, policy):
     """EXSPEC in the abstract model: every invariant after every step and the
     batch-1 output, for windows from B to 3B, k from 0 to 3, with and without EOS."""

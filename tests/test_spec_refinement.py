@@ -270,7 +270,8 @@ def test_code_predicates_agree_with_the_spec(spec):
 def test_exspec_policies_refine_the_spec(spec):
     """The code's O(W^2) ``nearest_lengths`` finds a choice as good as the
     spec's exhaustive one (least padding, then most waiting), and the authors'
-    rule picks the same members, on random windows (Spec §8.2)."""
+    rule and the default ``laggards_first`` pick the same members as the
+    spec's, on random windows (Spec §8.2)."""
     import random
 
     policy = pytest.importorskip("batchspec.reference.exspec_policy")
@@ -287,3 +288,11 @@ def test_exspec_policies_refine_the_spec(spec):
             assert ((spec["padding"](window, got), -sum(window[i][1] for i in got))
                     == (spec["padding"](window, best), -sum(window[i][1] for i in best))), (window, batch)
         assert sorted(policy.full_group_only(candidates, batch)) == sorted(spec["full_group_only"](window, batch))
+        # the default policy: same members unless a member is forced in (ties may then
+        # resolve differently, so compare what the choice costs)
+        got, want = policy.laggards_first(candidates, batch), spec["laggards_first"](window, batch)
+        if max(idle for _, idle in window) >= policy.MAX_IDLE:
+            assert ((spec["padding"](window, got), -sum(window[i][1] for i in got))
+                    == (spec["padding"](window, want), -sum(window[i][1] for i in want))), (window, batch)
+        else:
+            assert sorted(got) == sorted(want), (window, batch)
