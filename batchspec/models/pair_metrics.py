@@ -9,12 +9,17 @@ predictions.
 from __future__ import annotations
 
 import math
+import os
+import platform
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+
+from ..reference import cache as kv
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ def per_call_ms(model: PreTrainedModel, prompt: torch.Tensor, new_tokens: int = 
                 repeats: int = 3) -> float:
     """Median wall time (ms) of one cached forward call at batch 1.
 
-    ``prompt`` ([1, P] ids) is prefilled into a fresh ``DynamicCache``; then
+    ``prompt`` ([1, P] ids) is prefilled into a fresh cache (``batchspec.reference.cache``); then
     ``calls`` forward calls each feed ``new_tokens`` ids (1 for a decoding step,
     ``k + 1`` for a verification step) on top of the growing cache. The median
     over all timed calls of ``repeats`` runs is returned, which ignores the odd
@@ -61,11 +66,23 @@ def per_call_ms(model: PreTrainedModel, prompt: torch.Tensor, new_tokens: int = 
     times = []
     step = torch.full((1, new_tokens), 32, dtype=torch.long)  # [1, new_tokens] spaces
     for _ in range(repeats):
-        cache = DynamicCache(config=model.config)
-        model(input_ids=prompt, cache=cache, use_cache=True)
+        cache = kv.new_cache(model)
+        length = prompt.shape[1]
+        kv.run_forward(model, cache, prompt, torch.ones_like(prompt), torch.arange(length)[None], 1)
         for i in range(calls + 2):
+            positions = torch.arange(length, length + new_tokens)[None]  # [1, new_tokens]
+            mask = torch.ones((1, length + new_tokens), dtype=torch.long)
             start = time.perf_counter()
-            model(input_ids=step, cache=cache, use_cache=True)
+            kv.run_forward(model, cache, step, mask, positions, 1)
+            length += new_tokens
             if i >= 2:  # the first calls warm allocator and kernels
                 times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
+
+
+def cpu_name() -> str:
+    """The CPU model and core count."""
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+             if line.startswith("model name")] if info.exists() else []
+    return f"{names[0] if names else platform.machine()}, {os.cpu_count()} cores"
