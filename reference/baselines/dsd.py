@@ -38,19 +38,6 @@ def _slot_positions(grid: g.Grid, start: int, n: int) -> torch.Tensor:
 LAYOUT = g.Layout(mask=_no_mask, positions=_slot_positions, held_mask=lambda grid: _no_mask(grid, grid.width))
 
 
-def decode(models, prompts, requests, config):
-    """Decode one batch the DSD way; returns ``{request: RowOutput}``."""
-    outputs = g.empty_outputs(requests)
-    if config.max_new_tokens == 0:
-        return outputs
-    calls: list = []
-    grid = g.prefill(models, prompts, requests, LAYOUT, calls)
-    yield g.event("other", "prefill", grid, calls)
-    while grid.batch:
-        yield from dsd_round(models, grid, config, outputs)
-    return outputs
-
-
 def dsd_round(models, grid: g.Grid, config, outputs):
     """One round (compare Spec §4.7 step by step)."""
     grid.round += 1
@@ -89,3 +76,7 @@ def dsd_round(models, grid: g.Grid, config, outputs):
     grid.tokens = torch.where(source < 0, FILLER, tokens)
     grid.mask = _no_mask(grid, width)
     yield g.event("align", "align", grid, [], record=record)
+
+
+#: ``decode(models, prompts, requests, config)``: one batch the dsd way.
+decode = g.decoder(LAYOUT, dsd_round)

@@ -160,3 +160,22 @@ def event(phase: str, step: str, grid: Grid, calls: list, drafts=None, record=No
 def empty_outputs(requests) -> dict:
     """``{request: RowOutput()}``."""
     return {r: RowOutput() for r in requests}
+
+
+def decoder(layout: "Layout", round_fn: Callable):
+    """``decode(models, prompts, requests, config)`` for a baseline: prefill on
+    ``layout``, then ``round_fn(models, grid, config, outputs)`` until every row
+    has finished; returns ``{request: RowOutput}``."""
+
+    def decode(models, prompts, requests, config):
+        outputs = empty_outputs(requests)
+        if config.max_new_tokens == 0:
+            return outputs
+        calls: list = []
+        grid = prefill(models, prompts, requests, layout, calls)
+        yield event("other", "prefill", grid, calls)
+        while grid.batch:
+            yield from round_fn(models, grid, config, outputs)
+        return outputs
+
+    return decode

@@ -35,19 +35,6 @@ def _held_mask(grid: g.Grid) -> torch.Tensor:
 LAYOUT = g.Layout(mask=_call_mask, positions=g.slots_minus_pad, held_mask=_held_mask)
 
 
-def decode(models, prompts, requests, config):
-    """Decode one batch the masking way; returns ``{request: RowOutput}``."""
-    outputs = g.empty_outputs(requests)
-    if config.max_new_tokens == 0:
-        return outputs
-    calls: list = []
-    grid = g.prefill(models, prompts, requests, LAYOUT, calls)
-    yield g.event("other", "prefill", grid, calls)
-    while grid.batch:
-        yield from masking_round(models, grid, config, outputs)
-    return outputs
-
-
 def masking_round(models, grid: g.Grid, config, outputs):
     """One round; the steps mirror EQSPEC's (Spec §4.7) except step 5."""
     grid.round += 1
@@ -94,3 +81,7 @@ def masking_round(models, grid: g.Grid, config, outputs):
         for cache in (grid.target_cache, grid.draft_cache):
             kv.crop_to(cache, cached)
     yield g.event("align", "align", grid, [], record=record)
+
+
+#: ``decode(models, prompts, requests, config)``: one batch the masking way.
+decode = g.decoder(LAYOUT, masking_round)
