@@ -48,9 +48,27 @@ def _tiny(family: str) -> PairChoice:
     return PairChoice(f"random tiny {family} target, perturbed draft (float64)", load, prompts, torch.float64)
 
 
-#: name -> pair. Point :data:`DEFAULT_PAIR` at the trained default pair once it ships.
-PAIRS: dict[str, PairChoice] = {f"tiny-{f}": _tiny(f) for f in ("llama", "qwen3", "glm4")}
-DEFAULT_PAIR = "tiny-llama"
+def _default() -> PairChoice:
+    def load(dtype):
+        from .models.default_pair import load_default_pair
+
+        return load_default_pair(dtype)
+
+    def prompts(count, seed):
+        from .models.default_pair import held_out_sample
+
+        rng = random.Random(seed)  # held-out stdlib source, 16 to 64 bytes
+        windows = held_out_sample()
+        return [windows[rng.randrange(windows.shape[0])][: rng.randint(16, 64)].tolist() for _ in range(count)]
+
+    return PairChoice("the embedded default pair: byte-level Llamas trained on the stdlib (float64)",
+                      load, prompts, torch.float64)
+
+
+#: name -> pair; the one place the CLI's pairs are chosen.
+PAIRS: dict[str, PairChoice] = {"default": _default(),
+                                **{f"tiny-{f}": _tiny(f) for f in ("llama", "qwen3", "glm4")}}
+DEFAULT_PAIR = "default"
 #: Order of the table; methods registered later (e.g. "exspec") follow.
 METHOD_ORDER = ("autoregressive", "eqspec", "rollback", "masking", "dsd")
 
