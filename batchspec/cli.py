@@ -28,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Entry point of the ``batchspec`` script."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # weight-loading bars would interleave with the tables
     args = parser().parse_args(argv)
     return int(args.func(args) or 0)
 

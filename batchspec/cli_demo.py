@@ -22,9 +22,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
     pair = demo_pair(args.prompts, getattr(torch, args.dtype))
     common = dict(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                   eos_token_id=pair.eos_token_id, check_invariants=True)

@@ -22,21 +22,23 @@ class DemoPair:
     decode: Callable | None
 
 
+def demo_prompts(count: int) -> list[list[int]]:
+    """``count`` held-out stdlib prompts of 24 to 96 bytes: ragged from the first round."""
+    from .models.default_pair import held_out_sample
+
+    windows = held_out_sample()  # [64, 256]
+    return [windows[(5 * i) % windows.shape[0]][: 24 + (37 * i) % 73].tolist() for i in range(count)]
+
+
 def demo_pair(count: int, dtype: torch.dtype = torch.float64) -> DemoPair:
-    """The default pair with ``count`` held-out prompts of 24 to 96 bytes.
+    """The default pair with ``count`` held-out prompts (:func:`demo_prompts`).
 
     float64 by default: the demo's "exact" column is a claim about the
     algorithm, which float64 keeps free of rounding ties (Spec §5.2).
     """
     from .models import bytes as text
-    from .models.default_pair import held_out_sample, load_default_pair
+    from .models.default_pair import load_default_pair
 
     target, draft = load_default_pair(dtype)
-    windows = held_out_sample()  # [64, 256]
-    prompts = []
-    for i in range(count):
-        row = windows[(5 * i) % windows.shape[0]]
-        length = 24 + (37 * i) % 73  # varied lengths: ragged from the first round
-        prompts.append(row[:length].tolist())
     return DemoPair("default (byte-level Llamas trained on the stdlib: 12-layer target, 1-layer draft)",
-                    target, draft, prompts, text.EOS_TOKEN_ID, text.decode)
+                    target, draft, demo_prompts(count), text.EOS_TOKEN_ID, text.decode)

@@ -27,10 +27,10 @@ def load(name: str):
         target, draft = tiny.pair(name[5:], "perturbed", dtype=torch.float32)
         return target, draft, lambda n: random_prompts(seed=5, count=n, low=4, high=48), None
     if name == "default":
-        from batchspec.demo_pair import demo_pair
+        from batchspec.demo_pair import demo_pair, demo_prompts
 
         pair = demo_pair(1, torch.float32)
-        return pair.target, pair.draft, lambda n: demo_pair(n, torch.float32).prompts, pair.eos_token_id
+        return pair.target, pair.draft, demo_prompts, pair.eos_token_id
     raise SystemExit(f"unknown pair {name!r}: use tiny-<family> or default")
 
 
