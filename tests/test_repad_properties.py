@@ -37,8 +37,8 @@ def test_update_rule_and_i1_i2_after_repad(case):
     assert plan.width == new_width
     for b, i in enumerate(kept):
         assert int(plan.pad[b]) == new_width - c[i] - a[i]  # p'_i
-        assert int(plan.delta[b]) == new_width - width - a[i] + (width - c[i]) - pad[i]  # δ_i
-        assert int(plan.delta[b]) == int(plan.pad[b]) - int(pad[i])
+        assert int(plan.delta[b]) == new_width - width - a[i]  # δ_i = L' - L - a_i
+        assert int(plan.delta[b]) == int(plan.pad[b]) - int(pad[i])  # = p'_i - p_i
     mask = attention_mask(plan.pad, plan.width)
     pos = content_index(plan.pad, 0, plan.width)
     for b in range(len(kept)):
@@ -46,7 +46,7 @@ def test_update_rule_and_i1_i2_after_repad(case):
         assert mask[b].tolist() == [0] * p + [1] * (plan.width - p)  # I1, no holes
         assert pos[b, p:].tolist() == list(range(plan.width - p))  # I2
     all_equal = len({a[i] for i in kept}) == 1 and all(keep)
-    assert plan.moves == (not all_equal or False) or plan.moves == bool(plan.delta.any())
+    assert plan.moves == (not all(keep) or any(int(d) != 0 for d in plan.delta))
     if all_equal:
         assert not plan.moves  # Spec §5.3
 
