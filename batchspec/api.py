@@ -1,81 +1,22 @@
-"""``batchspec.generate``: the public entry point and the driver around the algorithm.
+"""``batchspec.generate``: the public entry point.
 
-The driver times each step from outside the algorithm and checks the
-invariants on every event (style §7); the algorithm itself never times or
-prints.
+Methods are registered in :mod:`batchspec.methods`; their decoders run under :mod:`batchspec.driver`, which times the
+steps and checks the invariants (style §7).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from .invariants import InvariantViolation, violations
 from .oracle import hf_oracle
-from .reference import Models, decode, observation
-from .reference.baselines import BASELINES
+from .driver import drive
+from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
+from .reference import Models
 from .stats import Stats
 from .validate import validate
-
-
-@dataclass(frozen=True)
-class DecodeConfig:
-    """Everything a method needs besides the models and the prompts."""
-
-    k: int  # num_draft_tokens
-    max_new_tokens: int
-    eos: torch.Tensor | None  # [E] EOS ids, or None
-    batch_size: int
-    window_size: int | None = None  # EXSPEC
-    sort_by_length: bool = True  # EXSPEC
-
-
-@dataclass(frozen=True)
-class Method:
-    """A decoding method: ``decoders(models, prompts, config)`` yields one
-    decoder generator (Spec §4) per batch it forms; each returns
-    ``{request: RowOutput}``."""
-
-    decoders: Callable
-    needs_draft: bool
-
-
-def static_batches(run):
-    """Split the prompts into successive batches of ``config.batch_size``."""
-
-    def decoders(models, prompts, config):
-        for first in range(0, len(prompts), config.batch_size):
-            requests = list(range(first, min(first + config.batch_size, len(prompts))))
-            yield run(models, [list(prompts[r]) for r in requests], requests, config)
-
-    return decoders
-
-
-def _eqspec(models, prompts, requests, config):
-    return decode(models, prompts, requests, config.k, config.max_new_tokens, config.eos)
-
-
-def _autoregressive(models, prompts, requests, config):
-    return decode(Models(models.target), prompts, requests, 0, config.max_new_tokens, config.eos)
-
-
-#: Registry of methods; later modules add theirs with :func:`register_method`.
-METHODS: dict[str, Method] = {
-    "eqspec": Method(static_batches(_eqspec), True),
-    "autoregressive": Method(static_batches(_autoregressive), False),
-}
-
-
-def register_method(name: str, method: Method) -> None:
-    """Make ``method`` available as ``generate(..., method=name)``."""
-    METHODS[name] = method
-
-
-for _name, _run in BASELINES.items():  # the broken alternatives, paper notes §5
-    register_method(_name, Method(static_batches(_run), True))
 
 
 @dataclass
@@ -115,49 +56,8 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     start = time.perf_counter()
     with torch.no_grad():
         for decoder in spec.decoders(models, prompts, config):
-            outputs.update(_drive(decoder, stats, check_invariants, oracle, found, target.device))
+            outputs.update(drive(decoder, stats, check_invariants, oracle, found, target.device))
     stats.wall_seconds = time.perf_counter() - start
     sequences = [outputs[r].tokens for r in range(len(prompts))]
     stats.generated_tokens = sum(map(len, sequences))
     return GenerationResult(sequences, stats, [outputs[r].stop for r in range(len(prompts))], found)
-
-
-def _clock(device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def _drive(decoder, stats: Stats, mode, oracle, found: list, device) -> dict:
-    """Run one batch's decoder to the end, timing each step and checking invariants."""
-    tick = _clock(device)
-    while True:
-        try:
-            event = next(decoder)
-        except StopIteration as stop:
-            stats.phase_seconds["other"] += _clock(device) - tick
-            return stop.value
-        stats.phase_seconds[event.phase] += _clock(device) - tick
-        for call in event.calls:
-            if call.model == "target":
-                stats.target_calls += 1
-            else:
-                stats.draft_calls += 1
-        if event.record is not None:
-            stats.rounds += 1
-            stats.realignments += event.record.moved
-            stats.per_round.append(event.record)
-        if mode and event.state.batch:
-            check_start = time.perf_counter()
-            new = violations(observation(event), oracle)
-            if new and mode != "record":
-                raise InvariantViolation(new[0], tuple(new[1:]))
-            found.extend(new)
-            stats.check_seconds += time.perf_counter() - check_start
-        tick = _clock(device)
-
-
-# EXSPEC builds on the driver above (batchspec/scheduler.py imports it), so it registers last.
-from .scheduler import EXSPEC  # noqa: E402
-
-register_method("exspec", EXSPEC)

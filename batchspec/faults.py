@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from . import api
+from . import api, methods
 from .reference import acceptance, cache as kv
 from .reference.acceptance import Verdict
 from .reference.eqspec import STEPS, Steps, decode
@@ -183,7 +183,7 @@ def method(fault: str) -> api.Method:
     def run(models, prompts, requests, config):
         return decode(models, prompts, requests, config.k, config.max_new_tokens, config.eos, steps)
 
-    return api.Method(api.static_batches(run), True)
+    return methods.Method(methods.static_batches(run), True)
 
 
 def run(fault: str, target, draft, prompts, **options) -> api.GenerationResult:

@@ -1,8 +1,7 @@
-"""EXSPEC for ``generate`` and for online use (Spec §8.5).
+"""EXSPEC for online use (Spec §8.5).
 
 The algorithm (:mod:`batchspec.reference.exspec`) yields events and never
-times or prints; this module drives it with :mod:`batchspec.api`'s own
-driver, which times the phases and checks the invariants after every event.
+times or prints; this module drives it with :mod:`batchspec.driver`, which times the phases and checks the invariants after every event.
 :class:`Scheduler` runs one round per :meth:`Scheduler.step` and accepts
 requests between rounds, so arrival over time can be simulated (the paper's
 online-serving experiment).
@@ -14,68 +13,16 @@ import time
 
 import torch
 
-from .api import METHODS, Method, _clock, _drive
+from .driver import clocked, drive
+from .methods import METHODS, default_window
 from .oracle import hf_oracle
-from .reference.exspec import EXSPEC_STEPS, ExspecSteps, decode, exspec_round
+from .reference.exspec import EXSPEC_STEPS, ExspecSteps, exspec_round
 from .reference.exspec_policy import Policy, laggards_first
 from .reference.exspec_pool import Pool
 from .reference.state import RowOutput
 from .reference.steps import Models
 from .stats import Stats
 from .validate import validate, window
-
-#: Default window ``W = 4B``. A round serves ``B`` of the ``W`` members and
-#: the window holds ``W`` sequences' caches, so memory grows with ``W``; the
-#: chance that ``B`` members share a length grows with it too. Measured with
-#: benchmarks/exspec_grouping.py (tiny-llama, ``4B`` prompts, the default
-#: policy): going from ``2B`` to ``4B`` raises the group rate from 9-30% to
-#: 54-77% on equal-length prompts and from 4-40% to 13-43% on varied ones,
-#: cuts the padding per batch 2-14x, and leaves the P90/P99 wait of the run
-#: as it was. A length-only simulation with ``8B`` prompts finds ``8B``
-#: adding less (about 45% -> 60-80%) for twice the memory. ``4B`` is also the
-#: authors' fixed ``W = 32`` at their ``B = 8``.
-WINDOW_FACTOR = 4
-
-
-def default_window(batch_size: int) -> int:
-    """``W`` when ``window_size`` is None."""
-    return WINDOW_FACTOR * batch_size
-
-
-def clocked(decoder, device):
-    """Re-yield ``decoder``'s events and stamp on each round record the
-    seconds the algorithm spent in that round, measured as the driver measures
-    its phases (from resuming the decoder to its next event), so the
-    invariant checks made between events are not counted."""
-    spent = 0.0
-    while True:
-        start = _clock(device)
-        try:
-            event = next(decoder)
-        except StopIteration as stop:
-            return stop.value
-        spent += _clock(device) - start
-        if event.record is not None:
-            event.record.seconds, spent = spent, 0.0
-        yield event
-
-
-def _decoders(models, prompts, config):
-    """``generate(method="exspec")``: every prompt is submitted at the start,
-    shortest first when ``sort_by_length`` (so that neighbours in the window
-    have near lengths), and one decoder runs the pool to the end."""
-    pool = Pool(config.batch_size, window(config.window_size, config.batch_size, default_window(config.batch_size)))
-    order = range(len(prompts))
-    if config.sort_by_length:
-        order = sorted(order, key=lambda r: len(prompts[r]))
-    for request in order:
-        pool.submit(request, list(prompts[request]))
-    yield clocked(decode(models, pool, laggards_first, config.k, config.max_new_tokens, config.eos),
-                  models.target.device)
-
-
-EXSPEC = Method(_decoders, needs_draft=True)
-
 
 class Scheduler:
     """Online EXSPEC: :meth:`submit` prompts at any time, :meth:`step` runs
@@ -131,7 +78,7 @@ class Scheduler:
         with torch.no_grad():
             rnd = exspec_round(self.models, self.pool, self.policy, self.k, self.max_new_tokens,
                                self.eos, self.steps)
-            done = _drive(clocked(rnd, device), self.stats, self.mode, self.oracle, self.violations, device)
+            done = drive(clocked(rnd, device), self.stats, self.mode, self.oracle, self.violations, device)
         self.stats.wall_seconds += time.perf_counter() - start
         self.stats.generated_tokens += sum(len(out.tokens) for out in done.values())
         self.completed.update(done)

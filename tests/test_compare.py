@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpe
 from _broken_helpers import RAGGED_AT_2, one_thread, pair  # noqa: F401
 
 from batchspec.cli import main as cli
-from batchspec.cli_compare import DEFAULT_PAIR, PAIRS, compare, table
+from batchspec.cli.compare import DEFAULT_PAIR, PAIRS, compare, table
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from batchspec import cli_models
+from batchspec.cli import models as cli_models
 from batchspec.models import fetch, presets, registry
 from batchspec.models.tiny import build
 

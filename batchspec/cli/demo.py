@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from .api import generate
-from .demo_pair import demo_pair
+from ..api import generate
+from ..demo_pair import demo_pair
 
 
 def register(sub) -> None:

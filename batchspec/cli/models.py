@@ -1,7 +1,7 @@
 """``batchspec models list | fetch NAME``: the model pairs and how to get them.
 
 ``register(subparsers)`` adds the ``models`` command to the main CLI; each
-subcommand sets ``func(args) -> exit status``. ``python -m batchspec.cli_models``
+subcommand sets ``func(args) -> exit status``. ``python -m batchspec.cli.models``
 runs it on its own.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .models import fetch, presets, registry
+from ..models import fetch, presets, registry
 
 
 def list_pairs(args) -> int:

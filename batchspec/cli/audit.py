@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from .audit import ALGORITHMIC, NUMERIC, audit
-from .cli_compare import DEFAULT_PAIR, PAIRS
+from ..audit import ALGORITHMIC, NUMERIC, audit
+from .pairs import DEFAULT_PAIR, PAIRS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
