@@ -1,4 +1,5 @@
-"""``batchspec demo``: EQSPEC against the autoregressive baseline, every invariant checked after every step.
+"""``batchspec demo``: EQSPEC against the autoregressive baseline, every invariant checked
+after every step.
 
 Columns: exact = prompts whose EQSPEC output equals the baseline's; tok/call =
 tokens committed per row per target call (1 for the baseline, up to k + 1);
@@ -110,5 +111,5 @@ def run(args) -> int:
     if pair.decode is not None:
         print()
         for prompt, out in list(zip(prompts, spec))[:3]:
-            print(f"... {pair.decode(prompt)[-40:]!r}\n    -> {pair.decode(out)[:60]!r}")
+            print(f"... {repr(pair.decode(prompt)[-40:])[-90:]}\n    -> {repr(pair.decode(out))[:90]}")
     return status
