@@ -155,3 +155,16 @@ def test_subprocess_head_exits_quietly(tmp_path):
     done = run(f"{sys.executable} -m batchspec.cli audit {path} --no-model --json | head -2")
     assert done.stdout.count("\n") == 2 and done.stderr == ""
     assert done.returncode == 141  # the writer's status under pipefail: quiet, as documented
+
+
+def test_the_docs_list_the_exit_codes():
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "errors.md").read_text()
+    rows = {line.split("|")[1].strip() for line in page.splitlines() if line.startswith("| ")}
+    assert {str(code) for code in EXIT_CODES} <= rows
+    variants = {"compare --batch-sizes 1,x", "compare --methods eqspec,", "nonesuch", ""}  # of listed rows
+    for argv, words in MISTAKES:
+        command = " ".join(argv)
+        if "{tmp}" not in command and command not in variants:
+            assert f"| `{command}" in page, command
