@@ -21,7 +21,9 @@ MISTAKES = [  # argv, words the one line must contain (docs/errors.md lists the 
     (["demo", "--batch-size", "0"], "argument --batch-size: expected a positive integer, got 0"),
     (["demo", "--k", "-1"], "argument -k/--k/--num-draft-tokens: expected a positive integer, got -1"),
     (["demo", "--prompts", "0"], "argument --prompts: expected a positive integer, got 0"),
-    (["demo", "--max-new-tokens", "x"], "argument --max-new-tokens: expected an integer >= 0, got 'x'"),
+    (["demo", "--max-new-tokens", "x"], "argument --max-new-tokens: expected a positive integer, got 'x'"),
+    (["compare", "--max-new-tokens", "0"], "argument --max-new-tokens: expected a positive integer, got 0"),
+    (["demo", "--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
     (["demo", "--pair", "nonesuch"], "argument --pair: invalid choice: 'nonesuch'"),
     (["demo", "--device", "gpu"], "argument --device: expected cpu, cuda, cuda:N or mps, got 'gpu'"),
     (["demo", "--device", "cuda:0"], "--device cuda:0: CUDA is not available here"),
@@ -89,6 +91,17 @@ def test_a_mistake_is_one_line_and_exit_2(files, capsys, monkeypatch, argv, word
     assert words.replace("{tmp}", str(files)) in err and "Traceback" not in err
     assert err.startswith("batchspec")
     assert captured.out == ""
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from batchspec.cli import models
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(models, "list_pairs", interrupted)
+    assert main(["models", "list"]) == 130
+    assert capsys.readouterr().err == "batchspec models: interrupted\n"
 
 
 def test_audit_without_a_model_fails_when_outputs_differ(files, capsys):
@@ -163,7 +176,8 @@ def test_the_docs_list_the_exit_codes():
     page = (Path(__file__).parents[1] / "docs" / "errors.md").read_text()
     rows = {line.split("|")[1].strip() for line in page.splitlines() if line.startswith("| ")}
     assert {str(code) for code in EXIT_CODES} <= rows
-    variants = {"compare --batch-sizes 1,x", "compare --methods eqspec,", "nonesuch", ""}  # of listed rows
+    variants = {"compare --batch-sizes 1,x", "compare --methods eqspec,", "compare --max-new-tokens 0",
+                "demo --seed -1", "nonesuch", ""}  # of listed rows
     for argv, words in MISTAKES:
         command = " ".join(argv)
         if "{tmp}" not in command and command not in variants:

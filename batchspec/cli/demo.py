@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=4, help="rows per batch B (default %(default)s)")
     p.add_argument("-k", "--k", "--num-draft-tokens", dest="k", type=positive_int, default=4,
                    help="draft tokens per round k (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=nonnegative_int, default=48,
+    p.add_argument("--max-new-tokens", type=positive_int, default=48,
                    help="tokens to generate per prompt (default %(default)s)")
     p.add_argument("--prompts", type=positive_int, default=8, help="how many prompts (default %(default)s)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
