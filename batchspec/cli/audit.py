@@ -110,7 +110,7 @@ def table(report) -> str:
                  f"{c.get(NUMERIC, 0)} numeric near-tie, {c.get(ALGORITHMIC, 0)} algorithmic, "
                  f"{c.get(UNCLASSIFIED, 0)} unclassified")
     lines.append(f"(dtype {report.dtype}, tolerance {report.factor:g} ulps of the logit scale; "
-                 f"unclassified = no model gave margins, counted as failures)")
+                 f"unclassified: no model gave margins, a failure)")
     return "\n".join(lines)
 
 
