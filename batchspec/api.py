@@ -15,6 +15,7 @@ from .oracle import hf_oracle
 from .driver import drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
+from .reference.draft_policy import AutoK
 from .stats import Stats
 from .validate import validate
 
@@ -29,6 +30,19 @@ class GenerationResult:
     violations: list = field(default_factory=list)
 
 
+def draft_policy(models: Models, num_draft_tokens, batch_size: int):
+    """``num_draft_tokens`` as the methods take it: the int, or for ``"auto"``
+    an :class:`AutoK` over forward costs measured now, before decoding, at
+    batch 1 and ``batch_size`` (Spec §4.2.2). Plain decoding takes ``k = 0``."""
+    if num_draft_tokens != "auto":
+        return num_draft_tokens
+    if models.draft is None:
+        return 0
+    from .bench.costs import measure_costs
+
+    return AutoK(measure_costs(models.target, models.draft, {1, batch_size}))
+
+
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
              batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
              sort_by_length=True) -> GenerationResult:
@@ -40,14 +54,17 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     violation, structural checks); ``"semantic"`` (also recompute every cached
     key/value with a fresh forward); ``"record"`` (collect every violation in
     ``result.violations`` and run to the end). ``window_size`` and
-    ``sort_by_length`` apply to ``method="exspec"``.
+    ``sort_by_length`` apply to ``method="exspec"``. ``num_draft_tokens="auto"``
+    chooses ``k'`` per round from forward costs measured before decoding and
+    the running acceptance (Spec §4.2.2); each round's record
+    (``result.stats.per_round``) says the ``k'`` it drafted.
     """
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
                    batch_size, eos_token_id, check_invariants)
     spec = METHODS[method]
     models = Models(target, draft if spec.needs_draft else None)
     config = DecodeConfig(
-        k=num_draft_tokens, max_new_tokens=max_new_tokens,
+        k=draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
         sort_by_length=sort_by_length)

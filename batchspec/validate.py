@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from .reference.draft_policy import AUTO_MAX_K
+
 CHECK_MODES = (False, True, "record", "semantic")
+#: methods whose rounds take their k from a policy (Spec §4.2.2)
+AUTO_METHODS = ("eqspec", "exspec", "autoregressive")
 
 
 def _int(name: str, value, low: int) -> None:
@@ -38,7 +42,10 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
     """Raise ``ValueError`` naming the argument and the problem; return EOS ids."""
     if method not in methods:
         raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
-    _int("num_draft_tokens", num_draft_tokens, 1)
+    if num_draft_tokens != "auto":
+        _int("num_draft_tokens", num_draft_tokens, 1)
+    elif method not in AUTO_METHODS:
+        raise ValueError(f"num_draft_tokens='auto' is supported by methods {AUTO_METHODS}, not {method!r}")
     _int("max_new_tokens", max_new_tokens, 0)
     if batch_size is not None:
         _int("batch_size", batch_size, 1)
@@ -61,13 +68,14 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
     if not isinstance(prompts, (list, tuple)):
         raise ValueError(f"prompts must be a list of lists of token ids, got {type(prompts).__name__}")
     limit = getattr(target.config, "max_position_embeddings", None)
+    k_max = AUTO_MAX_K if num_draft_tokens == "auto" else num_draft_tokens
     for i, prompt in enumerate(prompts):
         if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
             raise ValueError(f"prompts[{i}] must be a non-empty list of token ids, got {prompt!r}")
         for j, t in enumerate(prompt):
             if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
                 raise ValueError(f"prompts[{i}][{j}] = {t!r} is not a token id in [0, {vocab})")
-        if limit and len(prompt) + max_new_tokens + num_draft_tokens > limit:
+        if limit and len(prompt) + max_new_tokens + k_max > limit:
             raise ValueError(f"prompts[{i}]: {len(prompt)} tokens + max_new_tokens {max_new_tokens} "
                              f"+ num_draft_tokens exceeds the target's max_position_embeddings {limit}")
     return eos_ids(eos_token_id, vocab)
