@@ -45,7 +45,7 @@ def draft_policy(models: Models, num_draft_tokens, batch_size: int):
 
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
              batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
-             sort_by_length=True) -> GenerationResult:
+             sort_by_length=None) -> GenerationResult:
     """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4).
 
     Greedy output equals, token for token, the target's own batch-1 greedy
@@ -54,20 +54,23 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     violation, structural checks); ``"semantic"`` (also recompute every cached
     key/value with a fresh forward); ``"record"`` (collect every violation in
     ``result.violations`` and run to the end). ``window_size`` and
-    ``sort_by_length`` apply to ``method="exspec"``. ``num_draft_tokens="auto"``
-    chooses ``k'`` per round from forward costs measured before decoding and
-    the running acceptance (Spec §4.2.2); each round's record
-    (``result.stats.per_round``) says the ``k'`` it drafted.
+    ``sort_by_length`` (default True) apply to ``method="exspec"`` only;
+    given to another method they raise. Every mistake raises ``ValueError`` or
+    ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens="auto"`` chooses ``k'``
+    per round from forward costs measured before decoding and the running
+    acceptance (Spec §4.2.2); each round's record (``result.stats.per_round``)
+    says the ``k'`` it drafted.
     """
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
-                   batch_size, eos_token_id, check_invariants)
+                   batch_size, eos_token_id, check_invariants, window_size=window_size,
+                   sort_by_length=sort_by_length)
     spec = METHODS[method]
     models = Models(target, draft if spec.needs_draft else None)
     config = DecodeConfig(
         k=draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
-        sort_by_length=sort_by_length)
+        sort_by_length=sort_by_length is not False)
     oracle = hf_oracle({"target": target, "draft": draft}) if check_invariants == "semantic" else None
     stats, found, outputs = Stats(method), [], {}
     start = time.perf_counter()
@@ -77,4 +80,6 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     stats.wall_seconds = time.perf_counter() - start
     sequences = [outputs[r].tokens for r in range(len(prompts))]
     stats.generated_tokens = sum(map(len, sequences))
-    return GenerationResult(sequences, stats, [outputs[r].stop for r in range(len(prompts))], found)
+    # with nothing to generate no row runs, and every row stopped at its budget
+    stops = [outputs[r].stop or ("length" if max_new_tokens == 0 else None) for r in range(len(prompts))]
+    return GenerationResult(sequences, stats, stops, found)
