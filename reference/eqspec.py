@@ -113,7 +113,7 @@ def speculate(models, state: BatchState, k, max_new_tokens, eos,
     logits = steps.verify(models, state, rnd, calls)  # [B, k'+1, V]
     verdict = steps.accept(rnd.drafts, logits)
     a, eos_hit, finished = steps.commit_counts(verdict, budget, eos)  # [B] each
-    committed = [verdict.proposal[i, : int(a[i])].tolist() for i in range(state.batch)]
+    committed = [row[:n] for row, n in zip(verdict.proposal.tolist(), a.tolist())]  # two host syncs, not 2·B
     yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed)
     # 3. A staying row that accepted all k' drafts (every row when k' = 0) needs the last fed token's KV (Spec §4.2.1).
     if models.draft is not None and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
@@ -131,11 +131,11 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     # 1.-3. Draft, verify and decide, catch up (Spec §4.7.1).
     spec = yield from speculate(models, state, k_round, max_new_tokens, eos, steps)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
-    for i, request in enumerate(state.requests):
-        out = outputs[request]
-        out.tokens.extend(spec.committed[i])
-        if spec.finished[i]:
-            out.stop = "eos" if spec.eos_hit[i] else "length"
+    for request, tokens, finished, eos_hit in zip(state.requests, spec.committed, spec.finished.tolist(),
+                                                  spec.eos_hit.tolist()):
+        outputs[request].tokens.extend(tokens)
+        if finished:
+            outputs[request].stop = "eos" if eos_hit else "length"
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
     plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished, state.width)
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
