@@ -15,6 +15,7 @@ from .oracle import hf_oracle
 from .driver import drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
+from .reference.draft_policy import AutoK
 from .stats import Stats
 from .validate import validate
 
@@ -27,6 +28,27 @@ class GenerationResult:
     stats: Stats
     stop_reasons: list[str] = field(default_factory=list)
     violations: list = field(default_factory=list)
+
+
+def draft_policy(models: Models, num_draft_tokens, batch_size: int):
+    """``num_draft_tokens`` as the methods take it: the int, or for ``"auto"``
+    an :class:`AutoK` over forward costs measured before decoding, at batch 1
+    and ``batch_size``, the first time a pair is decoded at that batch size
+    (about a second on a CPU; Spec §4.2.2). Plain decoding takes ``k = 0``."""
+    if num_draft_tokens != "auto":
+        return num_draft_tokens
+    if models.draft is None:
+        return 0
+    key = (id(models.target), id(models.draft), batch_size, models.target.device, models.target.dtype)
+    if key not in _CALIBRATED:  # once per pair and batch size in a process; a fresh acceptance estimate per call
+        from .bench.costs import measure_costs
+
+        _CALIBRATED[key] = measure_costs(models.target, models.draft, {1, batch_size})
+    return AutoK(_CALIBRATED[key])
+
+
+#: forward costs measured for ``"auto"``, by pair (object identity), batch size, device and dtype
+_CALIBRATED: dict = {}
 
 
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
@@ -42,7 +64,10 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     ``result.violations`` and run to the end). ``window_size`` and
     ``sort_by_length`` (default True) apply to ``method="exspec"`` only;
     given to another method they raise. Every mistake raises ``ValueError`` or
-    ``TypeError`` before any model runs (``docs/errors.md``).
+    ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens="auto"`` chooses ``k'``
+    per round from forward costs measured before decoding and the running
+    acceptance (Spec §4.2.2); each round's record (``result.stats.per_round``)
+    says the ``k'`` it drafted.
     """
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
                    batch_size, eos_token_id, check_invariants, window_size=window_size,
@@ -50,7 +75,7 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     spec = METHODS[method]
     models = Models(target, draft if spec.needs_draft else None)
     config = DecodeConfig(
-        k=num_draft_tokens, max_new_tokens=max_new_tokens,
+        k=draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
         sort_by_length=sort_by_length is not False)

@@ -154,7 +154,9 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
     """
     if not isinstance(method, str) or method not in methods:
         raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
-    check_counts(num_draft_tokens, max_new_tokens, batch_size, check_invariants)
+    if num_draft_tokens == "auto" and method not in TIGHT_LENGTH:  # the methods whose rounds take a policy's k
+        raise ValueError(f"num_draft_tokens='auto' is supported by methods {TIGHT_LENGTH}, not {method!r}")
+    check_counts(1 if num_draft_tokens == "auto" else num_draft_tokens, max_new_tokens, batch_size, check_invariants)
     check_method_options(method, window_size=window_size, sort_by_length=sort_by_length)
     check_model(target, "target")
     vocab = vocab_size(target)
