@@ -43,6 +43,7 @@ device = setup.device
 # sequence. batchspec's real implementation keeps caches, which is exactly
 # where batching gets hard.
 
+
 # %%
 @torch.no_grad()
 def speculative_step(target, draft, tokens, k):
@@ -53,10 +54,10 @@ def speculative_step(target, draft, tokens, k):
         next_token = draft(proposal).logits[:, -1].argmax(-1, keepdim=True)  # [1, 1]
         proposal = torch.cat([proposal, next_token], dim=1)
     drafts = proposal[:, n:]  # [1, k]
-    choice = target(proposal).logits[:, n - 1:].argmax(-1)  # 2. verify: [1, k + 1]
+    choice = target(proposal).logits[:, n - 1 :].argmax(-1)  # 2. verify: [1, k + 1]
     agree = (drafts == choice[:, :k]).long().cumprod(dim=1)  # 3. accept the agreeing prefix
     m = int(agree.sum())
-    bonus = choice[:, m:m + 1]  # the target's token after the m accepted drafts
+    bonus = choice[:, m : m + 1]  # the target's token after the m accepted drafts
     return torch.cat([tokens, drafts[:, :m], bonus], dim=1), m
 
 
@@ -66,7 +67,8 @@ def speculative_generate(target, draft, prompt, max_new_tokens, k=4):
     while tokens.shape[1] - len(prompt) < max_new_tokens:
         tokens, m = speculative_step(target, draft, tokens, k)
         accepted.append(m)
-    return tokens[0, len(prompt):len(prompt) + max_new_tokens].tolist(), accepted
+    return tokens[0, len(prompt) : len(prompt) + max_new_tokens].tolist(), accepted
+
 
 # %% [markdown]
 # Is it right? The definition of right is the target's own batch-1 greedy
@@ -93,6 +95,7 @@ assert ours == reference, "the batch-1 speculative step must equal the target's 
 # and verifying work row by row as before. Acceptance does not: each row finds
 # its own `m_i`.
 
+
 # %%
 @torch.no_grad()
 def accepted_counts(target, draft, tokens, k):
@@ -100,8 +103,10 @@ def accepted_counts(target, draft, tokens, k):
     n = tokens.shape[1]
     proposal = tokens
     for _ in range(k):
-        proposal = torch.cat([proposal, draft(proposal).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    choice = target(proposal).logits[:, n - 1:].argmax(-1)  # [B, k + 1]
+        proposal = torch.cat(
+            [proposal, draft(proposal).logits[:, -1].argmax(-1, keepdim=True)], dim=1
+        )
+    choice = target(proposal).logits[:, n - 1 :].argmax(-1)  # [B, k + 1]
     m = (proposal[:, n:] == choice[:, :k]).long().cumprod(dim=1).sum(dim=1)  # [B]
     return m.tolist(), proposal[:, n:], choice
 
@@ -122,7 +127,7 @@ assert m[0] != m[1], "some pair of prompts should accept different numbers of dr
 # A tensor cannot hold rows of different lengths:
 
 # %%
-rows = [torch.cat([batch[i], drafts[i, :m[i]], choice[i, m[i]:m[i] + 1]]) for i in range(2)]
+rows = [torch.cat([batch[i], drafts[i, : m[i]], choice[i, m[i] : m[i] + 1]]) for i in range(2)]
 print("row lengths after the step:", [len(r) for r in rows])
 try:
     torch.stack(rows)
@@ -137,19 +142,30 @@ assert not stacked
 # accepted drafts, pink the bonus; the grey cells on the right are the holes a
 # rectangular tensor would need filled with *something*.
 
+
 # %%
 def row_cells(row, prompt_length, width):
-    kinds = ["prompt"] * prompt_length + ["accepted"] * (len(row) - prompt_length - 1) + ["bonus"]
-    kinds = kinds[:len(row)] + ["pad"] * (width - len(row))
+    kinds = (
+        ["prompt"] * prompt_length + ["accepted"] * (len(row) - prompt_length - 1) + ["bonus"]
+    )
+    kinds = kinds[: len(row)] + ["pad"] * (width - len(row))
     return kinds, row.tolist() + [None] * (width - len(row))
 
 
 width = max(len(r) for r in rows)
-before = Cells([["prompt"] * n] * 2, batch.tolist(), [f"row {i}: c={n}" for i in range(2)],
-               "before the step: a [2, n] rectangle")
+before = Cells(
+    [["prompt"] * n] * 2,
+    batch.tolist(),
+    [f"row {i}: c={n}" for i in range(2)],
+    "before the step: a [2, n] rectangle",
+)
 after_rows = [row_cells(r, n, width) for r in rows]
-after = Cells([k for k, _ in after_rows], [t for _, t in after_rows],
-              [f"row {i}: m={m[i]}, a={m[i] + 1}" for i in range(2)], "after the step: ragged")
+after = Cells(
+    [k for k, _ in after_rows],
+    [t for _, t in after_rows],
+    [f"row {i}: m={m[i]}, a={m[i] + 1}" for i in range(2)],
+    "after the step: ragged",
+)
 viz.draw_cells(before, alphabet=setup.alphabet, last=12)
 viz.draw_cells(after, alphabet=setup.alphabet, last=12 + width - n);
 
@@ -170,9 +186,17 @@ viz.draw_cells(after, alphabet=setup.alphabet, last=12 + width - n);
 # `a_i` tokens and the left padding absorbs the difference.
 
 # %%
-recorded = trace.record(target, draft, prompts[:4], "eqspec", num_draft_tokens=4, max_new_tokens=8,
-                        eos_token_id=setup.eos_token_id, alphabet=setup.alphabet)
-viz.draw_round(recorded, 1, last=16);
+recorded = trace.record(
+    target,
+    draft,
+    prompts[:4],
+    "eqspec",
+    num_draft_tokens=4,
+    max_new_tokens=8,
+    eos_token_id=setup.eos_token_id,
+    alphabet=setup.alphabet,
+)
+viz.draw_round(recorded, 1, last=16)
 assert recorded.first_violation() is None
 
 # %% [markdown]

@@ -32,17 +32,34 @@ short = [p[-n:] for p, n in zip(prompts, (6, 9, 12, 15))]
 # every step and every violation) and ask for the first violation.
 
 # %%
-masked = trace.record(target, draft, short, "masking", num_draft_tokens=4, max_new_tokens=12,
-                      eos_token_id=eos, alphabet=setup.alphabet)
+masked = trace.record(
+    target,
+    draft,
+    short,
+    "masking",
+    num_draft_tokens=4,
+    max_new_tokens=12,
+    eos_token_id=eos,
+    alphabet=setup.alphabet,
+)
 first = masked.first_violation()
-print(first["invariant"], first["name"], "| round", first["round"], "| step", first["step"],
-      "| row", first["row"])
+print(
+    first["invariant"],
+    first["name"],
+    "| round",
+    first["round"],
+    "| step",
+    first["step"],
+    "| row",
+    first["row"],
+)
 print(first["detail"])
 
 # %% [markdown]
 # **I1, rectangular alignment** (Spec §3.1): every row must be `p_i` padding
 # slots followed by `c_i` content tokens, with no holes. The first round in which
 # the rows accepted different numbers of drafts left a hole in the shorter rows:
+
 
 # %%
 def first_ragged_round(recorded):
@@ -68,16 +85,21 @@ viz.draw_violation(masked, last=30);
 # violation when `check_invariants=True`, which makes this cheap.)
 
 # %%
+options = dict(method="masking", num_draft_tokens=4, max_new_tokens=12, eos_token_id=eos)
 for batch_size in (2, 4, 8):
     try:
-        batchspec.generate(target, draft, prompts, method="masking", num_draft_tokens=4, max_new_tokens=12,
-                           batch_size=batch_size, eos_token_id=eos, check_invariants=True)
+        batchspec.generate(
+            target, draft, prompts, batch_size=batch_size, check_invariants=True, **options
+        )
         caught = None
     except InvariantViolation as error:
         caught = error
-    print(f"batch {batch_size}: first violation {caught.invariant} in round {caught.round}, step {caught.step!r}")
     assert caught is not None and caught.invariant == "I1"
-    if setup.pair == "default":  # these prompts are ragged from the first round on the default pair
+    print(
+        f"batch {batch_size}: first violation {caught.invariant} "
+        f"in round {caught.round}, step {caught.step!r}"
+    )
+    if setup.pair == "default":  # these prompts are ragged from round 1 on the default pair
         assert caught.round == 1
 
 # %% [markdown]
@@ -95,8 +117,10 @@ for batch_size in (2, 4, 8):
 # %%
 after_hole = masked.find(ragged + 1, "draft")
 i2 = [v for v in after_hole["violations"] if v["invariant"] == "I2"]
-print(f"round {ragged + 1}, first draft call: {len(i2)} I2 violations, e.g. row {i2[0]['row']}: "
-      f"expected position {i2[0]['expected']}, fed {i2[0]['actual']}")
+print(
+    f"round {ragged + 1}, first draft call: {len(i2)} I2 violations, e.g. row {i2[0]['row']}: "
+    f"expected position {i2[0]['expected']}, fed {i2[0]['actual']}"
+)
 assert i2
 viz.draw_positions(masked, after_hole);
 
@@ -111,10 +135,20 @@ viz.draw_positions(masked, after_hole);
 # %%
 N, sizes = 16, (1, 2, 4, 8)
 references = [reference_greedy(target, p, N, eos) for p in prompts]
-outputs = {(method, batch_size): batchspec.generate(target, draft, prompts, method=method, num_draft_tokens=4,
-                                                    max_new_tokens=N, batch_size=batch_size,
-                                                    eos_token_id=eos).sequences
-           for method in ("eqspec", "masking") for batch_size in sizes}
+outputs = {
+    (method, batch_size): batchspec.generate(
+        target,
+        draft,
+        prompts,
+        method=method,
+        num_draft_tokens=4,
+        max_new_tokens=N,
+        batch_size=batch_size,
+        eos_token_id=eos,
+    ).sequences
+    for method in ("eqspec", "masking")
+    for batch_size in sizes
+}
 for i in range(3):
     print(f"prompt  {setup.text(prompts[i][-30:])!r}")
     print(f"  exact   {setup.text(references[i])!r}")
@@ -131,8 +165,13 @@ assert outputs["masking", 4] != references
 # ragged there), and loses exactness once rows can disagree.
 
 # %%
-rates = {method: [100 * sum(o == r for o, r in zip(outputs[method, b], references)) / len(prompts)
-                  for b in sizes] for method in ("eqspec", "masking")}
+rates = {
+    method: [
+        100 * sum(o == r for o, r in zip(outputs[method, b], references)) / len(prompts)
+        for b in sizes
+    ]
+    for method in ("eqspec", "masking")
+}
 for method, values in rates.items():
     print(f"{method:8} exact match (%) by batch size:", dict(zip(sizes, values)))
 assert rates["eqspec"] == [100.0] * len(sizes)
@@ -141,8 +180,13 @@ assert rates["masking"][0] == 100.0 and min(rates["masking"][1:]) < 100.0
 fig, ax = plt.subplots(figsize=(5, 2.8), dpi=90)
 for method, marker in (("eqspec", "o"), ("masking", "s")):
     ax.plot(sizes, rates[method], marker=marker, label=method)
-ax.set(xlabel="batch size", ylabel="exact match (%)", xticks=sizes, ylim=(-5, 105),
-       title=f"exact match against batch size ({setup.pair} pair, {len(prompts)} prompts)")
+ax.set(
+    xlabel="batch size",
+    ylabel="exact match (%)",
+    xticks=sizes,
+    ylim=(-5, 105),
+    title=f"exact match against batch size ({setup.pair} pair, {len(prompts)} prompts)",
+)
 ax.legend();
 
 # %% [markdown]

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 4. DSD-style decoding: what it breaks, and where
+# # 4. DSD-style decoding — what it breaks, and where
 #
 # A third design, after the DSD line of work (Spec §6.3), makes three choices at
 # once:
@@ -40,8 +40,11 @@ single = trace.record(target, draft, short[:1], "dsd", **options)
 first = single.first_violation()
 print(first["invariant"], first["name"], "| round", first["round"], "| step", first["step"])
 print(first["detail"], "| expected", first["expected"], "| actual", first["actual"])
-rejecting = next(s["decision"]["round"] for s in single.steps
-                 if s["decision"] and s["decision"]["accepted"][0] < s["decision"]["drafted"])
+rejecting = next(
+    s["decision"]["round"]
+    for s in single.steps
+    if s["decision"] and s["decision"]["accepted"][0] < s["decision"]["drafted"]
+)
 assert (first["invariant"], first["step"], first["round"]) == ("I5", "verify", rejecting)
 viz.draw_violation(single, last=24);
 
@@ -66,7 +69,15 @@ assert single.result["sequences"][0] != reference
 # %%
 batch = trace.record(target, draft, short, "dsd", **options)
 first = batch.first_violation()
-print(first["invariant"], "| round", first["round"], "| step", first["step"], "| row", first["row"])
+print(
+    first["invariant"],
+    "| round",
+    first["round"],
+    "| step",
+    first["step"],
+    "| row",
+    first["row"],
+)
 print(first["detail"])
 assert (first["invariant"], first["step"]) == ("I1", "prefill")
 
@@ -116,7 +127,11 @@ fig, ax = plt.subplots(figsize=(5.5, 2.8), dpi=90)
 for request in grows:
     ax.plot(grows[request], "s-", color="#D55E00", label="dsd" if request == 0 else None)
     ax.plot(tight[request], "o--", color="#0072B2", label="eqspec" if request == 0 else None)
-ax.set(xlabel="round", ylabel="p_i (padding of the row)", title="each row's padding, round by round")
+ax.set(
+    xlabel="round",
+    ylabel="p_i (padding of the row)",
+    title="each row's padding, round by round",
+)
 ax.legend();
 
 # %% [markdown]

@@ -19,8 +19,17 @@ setup = viz.tutorial_setup()
 target, draft, eos = setup.target, setup.draft, setup.eos_token_id
 prompts = [p[-n:] for p, n in zip(setup.prompts(4), (6, 9, 12, 15))]
 k = 4
-recorded = trace.record(target, draft, prompts, "eqspec", num_draft_tokens=k, max_new_tokens=8, eos_token_id=eos,
-                        alphabet=setup.alphabet, semantic=True)
+recorded = trace.record(
+    target,
+    draft,
+    prompts,
+    "eqspec",
+    num_draft_tokens=k,
+    max_new_tokens=8,
+    eos_token_id=eos,
+    alphabet=setup.alphabet,
+    semantic=True,
+)
 
 # %% [markdown]
 # ## The batch after prefill
@@ -41,7 +50,11 @@ viz.draw_grid(recorded, recorded.steps[0]);
 # then the target's bonus (pink); the rest are rejected (hatched).
 
 # %%
-ragged = next(s["decision"] for s in recorded.steps if s["decision"] and len(set(s["decision"]["committed"])) > 1)
+ragged = next(
+    s["decision"]
+    for s in recorded.steps
+    if s["decision"] and len(set(s["decision"]["committed"])) > 1
+)
 r = ragged["round"]
 print(f"round {r}: m_i = {ragged['accepted']}, a_i = {ragged['committed']}")
 viz.draw_grid(recorded, recorded.find(r, "verify"));
@@ -113,7 +126,10 @@ viz.draw_positions(recorded, next_draft, last=22);
 for rnd in range(recorded.steps[-1]["round"] + 1):
     steps = recorded.round_steps(rnd)
     names = " → ".join(s["step"] for s in steps)
-    print(f"round {rnd}: {len(steps):>2} steps, {sum(len(s['violations']) for s in steps)} violations  ({names})")
+    print(
+        f"round {rnd}: {len(steps):>2} steps, "
+        f"{sum(len(s['violations']) for s in steps)} violations  ({names})"
+    )
 assert recorded.violations == []
 assert recorded.result["sequences"] == [reference_greedy(target, q, 8, eos) for q in prompts]
 
@@ -129,14 +145,25 @@ assert recorded.result["sequences"] == [reference_greedy(target, q, 8, eos) for 
 rows = []
 for name, fault in faults.CATALOGUE.items():
     try:
-        result = faults.run(name, target, draft, prompts, num_draft_tokens=k, max_new_tokens=8,
-                            eos_token_id=eos, check_invariants="semantic")
+        result = faults.run(
+            name,
+            target,
+            draft,
+            prompts,
+            num_draft_tokens=k,
+            max_new_tokens=8,
+            eos_token_id=eos,
+            check_invariants="semantic",
+        )
         caught, exact = None, result.sequences == recorded.result["sequences"]
     except InvariantViolation as error:
         caught, exact = (error.invariant, error.round, error.step), None
     rows.append((name, caught, exact))
-    where = f"{caught[0]} in round {caught[1]}, step {caught[2]!r}" if caught else \
-        f"not caught; output {'exact' if exact else 'WRONG'}"
+    where = (
+        f"{caught[0]} in round {caught[1]}, step {caught[2]!r}"
+        if caught
+        else f"not caught; output {'exact' if exact else 'WRONG'}"
+    )
     print(f"{name:<20} {where:<34} ({fault.shape})")
 assert all(caught or exact for _, caught, exact in rows), "a fault changed the output unseen"
 assert sum(caught is not None for _, caught, _ in rows) >= 5
@@ -153,10 +180,29 @@ assert sum(caught is not None for _, caught, _ in rows) >= 5
 # semantic I3 does, and the provenance shows the foreign keys (orange, crossed).
 
 # %%
-broken = trace.record(target, draft, prompts, "eqspec", fault="permuted_rows", num_draft_tokens=k, max_new_tokens=8,
-                      eos_token_id=eos, alphabet=setup.alphabet, semantic=True)
+broken = trace.record(
+    target,
+    draft,
+    prompts,
+    "eqspec",
+    fault="permuted_rows",
+    num_draft_tokens=k,
+    max_new_tokens=8,
+    eos_token_id=eos,
+    alphabet=setup.alphabet,
+    semantic=True,
+)
 first = broken.first_violation()
-print(first["invariant"], first["name"], "| round", first["round"], "| step", first["step"], "| row", first["row"])
+print(
+    first["invariant"],
+    first["name"],
+    "| round",
+    first["round"],
+    "| step",
+    first["step"],
+    "| row",
+    first["row"],
+)
 assert first["invariant"] == "I3"
 step = next(s for s in broken.steps if first in s["violations"])
 viz.draw_violation(broken, last=22)

@@ -25,7 +25,7 @@ target, draft, eos = setup.target, setup.draft, setup.eos_token_id
 # Sixteen prompts of three nearby lengths, so that equal lengths are common.
 base = setup.prompts(16)
 n = min(map(len, base))
-prompts = [p[:n - 2 * (i % 3)] for i, p in enumerate(base)]
+prompts = [p[: n - 2 * (i % 3)] for i, p in enumerate(base)]
 print("prompt lengths:", sorted(len(p) for p in prompts))
 k, N, B = 4, 16, 4
 
@@ -37,18 +37,32 @@ k, N, B = 4, 16, 4
 # all) and one from a fallback round (left-padded, as EQSPEC would).
 
 # %%
-recorded = trace.record(target, draft, prompts[:8], "exspec", num_draft_tokens=k, max_new_tokens=8, batch_size=B,
-                        window_size=8, eos_token_id=eos, alphabet=setup.alphabet)
+recorded = trace.record(
+    target,
+    draft,
+    prompts[:8],
+    "exspec",
+    num_draft_tokens=k,
+    max_new_tokens=8,
+    batch_size=B,
+    window_size=8,
+    eos_token_id=eos,
+    alphabet=setup.alphabet,
+)
 decisions = [s["decision"] for s in recorded.steps if s["decision"]]
 grouped = next(d["round"] for d in decisions if d["grouped"])
 fallback = next(d["round"] for d in decisions if not d["grouped"])
-print(f"{sum(d['grouped'] for d in decisions)} of {len(decisions)} rounds were same-length groups")
+print(
+    f"{sum(d['grouped'] for d in decisions)} of {len(decisions)} rounds were same-length groups"
+)
 assert recorded.first_violation() is None
-group_verify, fallback_verify = recorded.find(grouped, "verify"), recorded.find(fallback, "verify")
+group_verify, fallback_verify = recorded.find(grouped, "verify"), recorded.find(
+    fallback, "verify"
+)
 assert set(group_verify["observation"]["pad"]) == {0}
 assert max(fallback_verify["observation"]["pad"]) > 0
-viz.draw_grid(recorded, group_verify, last=24)
-viz.draw_grid(recorded, fallback_verify, last=24);
+viz.draw_grid(recorded, group_verify, last=None)
+viz.draw_grid(recorded, fallback_verify, last=None);
 
 # %% [markdown]
 # Between rounds the rows go back to the pool unaligned; the members that sat a
@@ -66,19 +80,35 @@ references = [reference_greedy(target, p, N, eos) for p in prompts]
 windows = (B, 2 * B, 4 * B)
 stats = {}
 for window in windows:
-    result = batchspec.generate(target, draft, prompts, method="exspec", num_draft_tokens=k, max_new_tokens=N,
-                                batch_size=B, window_size=window, eos_token_id=eos)
+    result = batchspec.generate(
+        target,
+        draft,
+        prompts,
+        method="exspec",
+        num_draft_tokens=k,
+        max_new_tokens=N,
+        batch_size=B,
+        window_size=window,
+        eos_token_id=eos,
+    )
     assert result.sequences == references, window
     stats[window] = result.stats
-    print(f"W = {window:>2}: group rate {result.stats.group_rate:.2f}, "
-          f"{result.stats.fallbacks} fallback rounds of {result.stats.rounds}")
+    print(
+        f"W = {window:>2}: group rate {result.stats.group_rate:.2f}, "
+        f"{result.stats.fallbacks} fallback rounds of {result.stats.rounds}"
+    )
 rates = [stats[w].group_rate for w in windows]
 assert rates[-1] > rates[0]
 
 fig, ax = plt.subplots(figsize=(5, 2.8), dpi=90)
 ax.plot(windows, rates, "o-", color="#009E73")
-ax.set(xlabel="window size W", ylabel="group rate", xticks=windows, ylim=(0, 1),
-       title=f"same-length groups found (B = {B}, {len(prompts)} prompts)");
+ax.set(
+    xlabel="window size W",
+    ylabel="group rate",
+    xticks=windows,
+    ylim=(0, 1),
+    title=f"same-length groups found (B = {B}, {len(prompts)} prompts)",
+);
 
 # %% [markdown]
 # ## Online: the `Scheduler`
@@ -89,23 +119,38 @@ ax.set(xlabel="window size W", ylabel="group rate", xticks=windows, ylim=(0, 1),
 # measure how long each request waited (rounds it spent queued or passed over).
 
 # %%
-scheduler = Scheduler(target, draft, num_draft_tokens=k, max_new_tokens=N, batch_size=B, eos_token_id=eos,
-                      check_invariants=True)
+scheduler = Scheduler(
+    target,
+    draft,
+    num_draft_tokens=k,
+    max_new_tokens=N,
+    batch_size=B,
+    eos_token_id=eos,
+    check_invariants=True,  # every step of every round, as in generate
+)
 requests = []
 for wave in range(4):
-    requests += [scheduler.submit(p) for p in prompts[4 * wave: 4 * wave + 4]]
+    requests += [scheduler.submit(p) for p in prompts[4 * wave : 4 * wave + 4]]
     for _ in range(3):
         scheduler.step()
 completed = scheduler.run()
 assert [completed[r].tokens for r in requests] == references
 waits = scheduler.stats.waiting_rounds
 percentiles = scheduler.stats.waiting_percentiles()
-print("waiting rounds P50 / P90 / P99:", [round(percentiles["rounds"][q], 1) for q in (50, 90, 99)])
-print("waiting seconds P50 / P90 / P99:", [round(percentiles["seconds"][q], 2) for q in (50, 90, 99)])
+print(
+    "waiting rounds P50 / P90 / P99:",
+    [round(percentiles["rounds"][q], 1) for q in (50, 90, 99)],
+)
+print(
+    "waiting seconds P50 / P90 / P99:",
+    [round(percentiles["seconds"][q], 2) for q in (50, 90, 99)],
+)
 
 fig, ax = plt.subplots(figsize=(5, 2.6), dpi=90)
 ax.bar([str(r) for r in requests], [waits[r] for r in requests], color="#56B4E9")
-ax.set(xlabel="request (in submission order)", ylabel="rounds waited", title="waiting per request");
+ax.set(
+    xlabel="request (in submission order)", ylabel="rounds waited", title="waiting per request"
+);
 
 # %% [markdown]
 # Every request finished with the exact output, whatever the order the

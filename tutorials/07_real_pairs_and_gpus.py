@@ -28,19 +28,30 @@ from batchspec.testing import reference_greedy
 
 for name in registry.PAIRS:
     available, reason = registry.availability(name)
-    print(f"{name:<15} {'available' if available else 'not here':<10} {reason[:90]}{'…' if len(reason) > 90 else ''}")
+    print(
+        f"{name:<15} {'available' if available else 'not here':<10} "
+        f"{reason[:80]}{'…' if len(reason) > 80 else ''}"
+    )
 
 
 def first_available(names):
     return next((n for n in names if n in registry.PAIRS and registry.availability(n)[0]), None)
 
 
-# The environment decides when it is set; otherwise the largest pair present here.
-wanted = os.environ.get("BATCHSPEC_TUTORIAL_PAIR") or first_available(["qwen2.5-coder", *presets.PRESETS]) \
+# The environment decides when it is set; otherwise Qwen2.5-Coder, else a paper pair, if present.
+wanted = (
+    os.environ.get("BATCHSPEC_TUTORIAL_PAIR")
+    or first_available(["qwen2.5-coder", *presets.PRESETS])
     or "default"
-device = os.environ.get("BATCHSPEC_TUTORIAL_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+)
+device = os.environ.get("BATCHSPEC_TUTORIAL_DEVICE") or (
+    "cuda" if torch.cuda.is_available() else "cpu"
+)
 if wanted == "default":
-    print("\nNeither the Qwen2.5-Coder pair nor a paper pair is available here: running on the default pair.")
+    print(
+        "\nNeither the Qwen2.5-Coder pair nor a paper pair is available here:"
+        " running on the default pair."
+    )
 if not torch.cuda.is_available():
     print("CUDA is not available here: running on the CPU.")
 setup = viz.tutorial_setup(pair=wanted, device=device)
@@ -56,10 +67,22 @@ setup = viz.tutorial_setup(pair=wanted, device=device)
 prompts = setup.prompts(4)
 N, k = 16, 4
 references = [reference_greedy(setup.target, p, N, setup.eos_token_id) for p in prompts]
-result = batchspec.generate(setup.target, setup.draft, prompts, method="eqspec", num_draft_tokens=k,
-                            max_new_tokens=N, batch_size=4, eos_token_id=setup.eos_token_id, check_invariants=True)
-print(f"{setup.pair} on {setup.device}, float64: {sum(a == b for a, b in zip(result.sequences, references))}"
-      f"/{len(prompts)} exact, {result.stats.tokens_per_target_call:.2f} tokens per target call")
+result = batchspec.generate(
+    setup.target,
+    setup.draft,
+    prompts,
+    method="eqspec",
+    num_draft_tokens=k,
+    max_new_tokens=N,
+    batch_size=4,
+    eos_token_id=setup.eos_token_id,
+    check_invariants=True,
+)
+print(
+    f"{setup.pair} on {setup.device}, float64: "
+    f"{sum(a == b for a, b in zip(result.sequences, references))}/{len(prompts)} exact, "
+    f"{result.stats.tokens_per_target_call:.2f} tokens per target call"
+)
 for p, out in list(zip(prompts, result.sequences))[:2]:
     print(f"  {setup.text(p)[-30:]!r} -> {setup.text(out)!r}")
 assert result.sequences == references
@@ -70,8 +93,16 @@ assert result.sequences == references
 # pair's tokens are not bytes).
 
 # %%
-recorded = trace.record(setup.target, setup.draft, prompts, "eqspec", num_draft_tokens=k, max_new_tokens=8,
-                        eos_token_id=setup.eos_token_id, alphabet=setup.alphabet)
+recorded = trace.record(
+    setup.target,
+    setup.draft,
+    prompts,
+    "eqspec",
+    num_draft_tokens=k,
+    max_new_tokens=8,
+    eos_token_id=setup.eos_token_id,
+    alphabet=setup.alphabet,
+)
 assert recorded.first_violation() is None
 viz.draw_round(recorded, 1, last=16);
 
@@ -91,17 +122,35 @@ verdicts = {}
 for dtype in (torch.float16, torch.bfloat16):
     low = viz.tutorial_setup(pair=setup.pair, device=setup.device, dtype=dtype, quiet=True)
     low_references = [reference_greedy(low.target, p, N, low.eos_token_id) for p in prompts]
-    low_result = batchspec.generate(low.target, low.draft, prompts, method="eqspec", num_draft_tokens=k,
-                                    max_new_tokens=N, batch_size=4, eos_token_id=low.eos_token_id)
-    report = audit(prompts, low_references, low_result.sequences, margin_model.to(setup.device), dtype)
+    low_result = batchspec.generate(
+        low.target,
+        low.draft,
+        prompts,
+        method="eqspec",
+        num_draft_tokens=k,
+        max_new_tokens=N,
+        batch_size=4,
+        eos_token_id=low.eos_token_id,
+    )
+    report = audit(
+        prompts, low_references, low_result.sequences, margin_model.to(setup.device), dtype
+    )
     verdicts[dtype] = report
-    print(f"{str(dtype).replace('torch.', ''):<9} exact {100 * report.exact_rate:5.1f}%   counts {report.counts}")
+    print(
+        f"{str(dtype).replace('torch.', ''):<9} exact {100 * report.exact_rate:5.1f}%"
+        f"   counts {report.counts}"
+    )
     for verdict in report.prompts:
         if not verdict.exact:
-            print(f"    prompt {verdict.index}: diverges at token {verdict.first_divergence}: "
-                  f"{verdict.classification} (gap {verdict.gap:.3g}, tolerance {verdict.tolerance:.3g})")
+            print(
+                f"    prompt {verdict.index}: diverges at token {verdict.first_divergence}: "
+                f"{verdict.classification} (gap {verdict.gap:.3g}, "
+                f"tolerance {verdict.tolerance:.3g})"
+            )
 for report in verdicts.values():
-    assert report.counts.get("algorithmic", 0) == 0, "a low-precision mismatch that rounding cannot explain"
+    assert (
+        report.counts.get("algorithmic", 0) == 0
+    ), "a low-precision mismatch that rounding cannot explain"
 
 # %% [markdown]
 # Any mismatch printed above is labelled; none is algorithmic. An exact rate
@@ -110,8 +159,16 @@ for report in verdicts.values():
 # baseline, audited the same way in float64:
 
 # %%
-masked = batchspec.generate(setup.target, setup.draft, prompts, method="masking", num_draft_tokens=k,
-                            max_new_tokens=N, batch_size=4, eos_token_id=setup.eos_token_id)
+masked = batchspec.generate(
+    setup.target,
+    setup.draft,
+    prompts,
+    method="masking",
+    num_draft_tokens=k,
+    max_new_tokens=N,
+    batch_size=4,
+    eos_token_id=setup.eos_token_id,
+)
 masking_report = audit(prompts, references, masked.sequences, margin_model, torch.float64)
 print("masking, float64:", masking_report.counts)
 assert masking_report.counts.get("algorithmic", 0) > 0
@@ -134,8 +191,10 @@ for name, preset in presets.PRESETS.items():
         print(f"{'':<15} get it with: {presets.download_command(preset)}")
 print(f"\nThis notebook ran on pair {setup.pair!r}, device {setup.device!r}.")
 if setup.fell_back or setup.pair == "default":
-    print("To run it on a real pair on a GPU: BATCHSPEC_TUTORIAL_PAIR=qwen2.5-coder "
-          "BATCHSPEC_TUTORIAL_DEVICE=cuda, after `batchspec models fetch qwen2.5-coder`.")
+    print(
+        "To run it on a real pair on a GPU: BATCHSPEC_TUTORIAL_PAIR=qwen2.5-coder "
+        "BATCHSPEC_TUTORIAL_DEVICE=cuda, after `batchspec models fetch qwen2.5-coder`."
+    )
 
 # %% [markdown]
 # ## What to remember

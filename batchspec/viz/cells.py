@@ -37,6 +37,7 @@ class Cells:
     title: str = ""
     columns: list[int] = field(default_factory=list)  # slot index of each column
     marks: list[tuple[int, int]] = field(default_factory=list)  # (row, column) cells to outline
+    divider: int | None = None  # column where this round's speculative tokens start (drawn as a line)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -75,8 +76,10 @@ def grid_cells(trace, step: dict) -> Cells:
         extra_kinds, extra_tokens = _speculative(step, decision, i)
         kinds.append(row_kinds + extra_kinds)
         tokens.append([t if k != "pad" else None for t, k in zip(row_tokens, row_kinds)] + extra_tokens)
+    width = len(obs["tokens"][0])
     return Cells(kinds, tokens, [row_label(obs, i) for i in range(len(kinds))],
-                 f"round {step['round']}, {step['step']}", list(range(len(kinds[0]))) if kinds else [])
+                 f"round {step['round']}, {step['step']}", list(range(len(kinds[0]))) if kinds else [],
+                 divider=width if kinds and len(kinds[0]) > width else None)
 
 
 def _row_kinds(obs: dict, i: int, prompt_length: int) -> list[str]:

@@ -68,6 +68,8 @@ def draw_cells(cells: c.Cells, ax=None, alphabet=None, last: int | None = 28, le
     for i, j in cells.marks:
         if j >= start:
             ax.add_patch(Rectangle((j - start + shift, i), 1, 1, fill=False, edgecolor=MARK, lw=2.5))
+    if cells.divider is not None and cells.divider >= start:
+        ax.axvline(cells.divider - start + shift, color="#222222", lw=1.5)  # grid | this round's tokens
     ax.set_xlim(0, cols - start + shift)
     ax.set_ylim(rows, 0)
     ax.set_yticks([i + 0.5 for i in range(rows)], cells.labels, fontsize=8)
