@@ -18,6 +18,7 @@ import batchspec
 from batchspec import trace, viz
 from batchspec.invariants import InvariantViolation
 from batchspec.testing import reference_greedy
+from batchspec.viz.cells import caption
 
 setup = viz.tutorial_setup()
 target, draft, eos = setup.target, setup.draft, setup.eos_token_id
@@ -43,17 +44,7 @@ masked = trace.record(
     alphabet=setup.alphabet,
 )
 first = masked.first_violation()
-print(
-    first["invariant"],
-    first["name"],
-    "| round",
-    first["round"],
-    "| step",
-    first["step"],
-    "| row",
-    first["row"],
-)
-print(first["detail"])
+print(caption(first))  # which invariant, where, expected vs actual
 
 # %% [markdown]
 # **I1, rectangular alignment** (Spec §3.1): every row must be `p_i` padding

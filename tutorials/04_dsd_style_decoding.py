@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import batchspec
 from batchspec import trace, viz
 from batchspec.testing import reference_greedy
+from batchspec.viz.cells import caption
 
 setup = viz.tutorial_setup()
 target, draft, eos = setup.target, setup.draft, setup.eos_token_id
@@ -38,8 +39,7 @@ options = dict(num_draft_tokens=4, max_new_tokens=12, eos_token_id=eos, alphabet
 # %%
 single = trace.record(target, draft, short[:1], "dsd", **options)
 first = single.first_violation()
-print(first["invariant"], first["name"], "| round", first["round"], "| step", first["step"])
-print(first["detail"], "| expected", first["expected"], "| actual", first["actual"])
+print(caption(first))  # which invariant, where, expected vs actual
 rejecting = next(
     s["decision"]["round"]
     for s in single.steps
@@ -69,16 +69,7 @@ assert single.result["sequences"][0] != reference
 # %%
 batch = trace.record(target, draft, short, "dsd", **options)
 first = batch.first_violation()
-print(
-    first["invariant"],
-    "| round",
-    first["round"],
-    "| step",
-    first["step"],
-    "| row",
-    first["row"],
-)
-print(first["detail"])
+print(caption(first))  # which invariant, where, expected vs actual
 assert (first["invariant"], first["step"]) == ("I1", "prefill")
 
 # %% [markdown]

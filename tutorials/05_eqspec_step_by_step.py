@@ -14,6 +14,7 @@ import batchspec
 from batchspec import faults, trace, viz
 from batchspec.invariants import InvariantViolation
 from batchspec.testing import reference_greedy
+from batchspec.viz.cells import caption
 
 setup = viz.tutorial_setup()
 target, draft, eos = setup.target, setup.draft, setup.eos_token_id
@@ -193,16 +194,7 @@ broken = trace.record(
     semantic=True,
 )
 first = broken.first_violation()
-print(
-    first["invariant"],
-    first["name"],
-    "| round",
-    first["round"],
-    "| step",
-    first["step"],
-    "| row",
-    first["row"],
-)
+print(caption(first))  # which invariant, where, expected vs actual
 assert first["invariant"] == "I3"
 step = next(s for s in broken.steps if first in s["violations"])
 viz.draw_violation(broken, last=22)
