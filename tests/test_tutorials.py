@@ -35,12 +35,14 @@ CHAPTERS = [f"{n:02d}" for n in range(1, 8)]
 def executed(request):
     """``{name: seconds}``, executing whatever is stale; the times are printed."""
     times = harness.ensure_executed()
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        for name, seconds in times.items():
-            reporter.write_line(f"tutorial {name:<40} {seconds:6.1f} s")
-        reporter.write_line(f"tutorials together {sum(times.values()):6.1f} s (budget {BUDGET} s)")
+    cpu = {name: harness._recorded(harness.OUT / f"{name}.ipynb").get("cpu_seconds") for name in times}
+    lines = [f"tutorial {name:<40} {seconds:6.1f} s wall, {cpu[name] or 0:6.1f} s CPU"
+             for name, seconds in times.items()]
+    lines.append(f"tutorials together {sum(times.values()):6.1f} s wall, "
+                 f"{sum(c or 0 for c in cpu.values()):6.1f} s CPU (budget {BUDGET} s)")
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # shown in every run, not only on failure
+        print("\n" + "\n".join(lines))
     return times
 
 
