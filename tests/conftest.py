@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -36,3 +41,17 @@ def greedy_reference():
         return cache[key]
 
     return get
+
+
+
+@pytest.fixture(scope="session")
+def docs_site(tmp_path_factory):
+    """The docs site, built once per test run with ``mkdocs build --strict`` and shared by
+    every test that reads it (the spec/API page checks and the browser test)."""
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                         cwd=Path(__file__).resolve().parent.parent, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    return out
