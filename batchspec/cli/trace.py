@@ -1,0 +1,121 @@
+"""``batchspec trace``: record every step of one run as JSON lines (``batchspec.trace``).
+
+Runs one method (or EQSPEC with a fault from ``batchspec.faults``) on a model
+pair, with every invariant checked after every step and recorded rather than
+raised, and writes the trace (``--out``) and/or the step-through page
+(``--html``). The trace format is documented in :mod:`batchspec.trace`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .. import api, faults
+from ..models import bytes as byte_codec, registry
+from .errors import UsageError
+from .pairs import DEFAULT_PAIR, PAIRS
+
+#: Prompts for a pair with a real tokenizer (the CLI's own pairs bring theirs).
+CODE_PROMPTS = ["def fibonacci(n):\n    ", "import os\n\nfor name in os.listdir(", "class Stack:\n    def push(self, x):",
+                "# sum a list\ntotal = 0\nfor x in", "def is_prime(n):\n    if n < 2:\n        return",
+                "with open(path) as f:\n    for line in", "numbers = [1, 2, 3]\nsquares = [", "try:\n    value = int(text)\n"]
+
+
+def register(subparsers) -> None:
+    """Add the ``trace`` subcommand."""
+    p = subparsers.add_parser("trace", help="record every step of a run (JSON lines, optional HTML viewer)",
+                              description=__doc__.split("\n\n")[1])
+    p.add_argument("--method", default="eqspec", help="a registered method (default %(default)s)")
+    p.add_argument("--fault", help=f"inject a fault into EQSPEC: one of {', '.join(sorted(faults.CATALOGUE))}")
+    p.add_argument("--pair", default=DEFAULT_PAIR, help="a pair `batchspec models list` shows as available "
+                   "(default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=4, help="(default %(default)s)")
+    p.add_argument("--prompts", type=int, default=4, help="number of prompts (default %(default)s)")
+    p.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="k (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=16, help="(default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
+    p.add_argument("--semantic", action="store_true", help="also run the semantic mode of I3")
+    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    p.add_argument("--out", help="write the trace here (JSON lines)")
+    p.add_argument("--html", help="write the step-through viewer page for this run here")
+    p.set_defaults(func=main)
+
+
+def check(args) -> None:
+    """Every mistake in the command line, before any model is loaded."""
+    if not (args.out or args.html):
+        raise UsageError("nothing to write: give --out FILE.jsonl and/or --html FILE.html")
+    for name in ("batch_size", "prompts", "num_draft_tokens", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.fault is not None:
+        if args.fault not in faults.CATALOGUE:
+            raise UsageError(f"unknown fault {args.fault!r}; known: {', '.join(sorted(faults.CATALOGUE))}")
+        if args.method != "eqspec":
+            raise UsageError(f"--fault is injected into EQSPEC; drop --method {args.method}")
+    elif args.method not in api.METHODS:
+        raise UsageError(f"unknown method {args.method!r}; known: {', '.join(sorted(api.METHODS))}")
+    if args.pair not in registry.PAIRS:
+        raise UsageError(f"unknown pair {args.pair!r}; known: {', '.join(registry.PAIRS)}")
+    available, reason = registry.availability(args.pair)
+    if not available:
+        raise UsageError(f"pair {args.pair!r} is {reason}")
+    for path in (args.out, args.html):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"cannot write {path}: folder {Path(path).resolve().parent} does not exist")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: CUDA is not available here")
+    if args.html:
+        html_writer()
+
+
+def html_writer():
+    """``write_html(trace, path)`` from the viewer module, or a usage error naming what is missing."""
+    try:
+        from ..viz.html import write_html
+    except ImportError as error:
+        raise UsageError(f"--html needs the step-through viewer (batchspec.viz.html), which this install "
+                         f"lacks ({error}); write --out FILE.jsonl instead") from None
+    return write_html
+
+
+def load(args):
+    """``(target, draft, prompts, alphabet)`` for ``args.pair``."""
+    dtype = torch.float64 if args.device == "cpu" else None
+    target, draft, tokenizer = registry.load_pair(args.pair, dtype=dtype, device=args.device)
+    if args.pair in PAIRS:
+        prompts = PAIRS[args.pair].prompts(args.prompts, args.seed)
+    elif tokenizer is not None:
+        prompts = [tokenizer.encode(CODE_PROMPTS[i % len(CODE_PROMPTS)]) for i in range(args.prompts)]
+    else:
+        raise UsageError(f"pair {args.pair!r} has no tokenizer to make prompts with")
+    return target, draft, prompts, "bytes" if args.pair == "default" else None
+
+
+def main(args) -> int:
+    """Run ``batchspec trace`` with parsed ``args``; exit status 0 (violations are data here)."""
+    from .. import trace
+
+    check(args)
+    target, draft, prompts, alphabet = load(args)
+    eos = byte_codec.EOS_TOKEN_ID if args.pair == "default" else None
+    try:
+        recorded = trace.record(target, draft, prompts, args.method, fault=args.fault, semantic=args.semantic,
+                                pair=args.pair, alphabet=alphabet, num_draft_tokens=args.num_draft_tokens,
+                                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                                eos_token_id=eos)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.out:
+        recorded.save(args.out)
+    if args.html:
+        html_writer()(recorded, args.html)
+    first = recorded.first_violation()
+    found = "no violation" if first is None else \
+        f"{len(recorded.violations)} violations, first {first['invariant']} at round {first['round']}, " \
+        f"step {first['step']!r}, row {first['row']}"
+    where = " and ".join(p for p in (args.out, args.html) if p)
+    print(f"{args.fault or args.method} on {args.pair}: {len(recorded.steps)} steps, {found}; wrote {where}")
+    return 0
