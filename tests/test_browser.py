@@ -14,6 +14,7 @@ and selenium (the ``test`` extra); skipped with that message otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -56,16 +57,24 @@ return {
 """
 
 
-@pytest.fixture(scope="module")
-def server(docs_site):
-    """The built site over HTTP on a loopback port chosen by the OS."""
-    handler = functools.partial(_QuietHandler, directory=str(docs_site))
+@contextlib.contextmanager
+def serving(directory: Path):
+    """``directory`` over HTTP on a loopback port chosen by the OS; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(docs_site):
+    with serving(docs_site) as url:
+        yield url
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -112,7 +121,7 @@ def tutorial_pages(site: Path) -> list[str]:
 
 
 def test_pages_render_without_errors(browser, server, docs_site):
-    pages = ["", "spec/05-theorems/", "step-through/", *tutorial_pages(docs_site)]
+    pages = ["", "quickstart/", "spec/05-theorems/", "step-through/", "api/invariants/", "faq/", *tutorial_pages(docs_site)]
     assert "tutorials/" in pages
     for path in pages:
         state = open_page(browser, server + path)
@@ -165,6 +174,21 @@ def test_viewer_steps_to_masking_first_ragged_round_and_shows_i1(browser, server
     browser.find_element(By.CSS_SELECTOR, '.bsv-controls button[data-action="prev"]').click()
     assert panes(browser)["masking"].get_attribute("data-step") == before_align  # and back
     assert console_errors(browser) == []
+
+
+BROKEN_PAGE = """<!doctype html><html><head><title>broken</title></head><body>
+<img src="missing.png"><span class="arithmatex">\\(x^2\\)</span><span class="katex-error">\\frac</span>
+<script>console.error("boom")</script></body></html>"""
+
+
+def test_the_page_checks_fire_on_a_broken_page(browser, tmp_path):
+    (tmp_path / "index.html").write_text(BROKEN_PAGE)
+    with serving(tmp_path) as url:
+        state = open_page(browser, url)
+        errors = console_errors(browser)
+    assert any("boom" in e for e in errors) and any("missing.png" in e for e in errors)
+    assert state["broken"] == ["missing.png"]
+    assert state["unrendered"] and state["katexErrors"] and state["katex"] < state["math"]
 
 
 def test_screenshots_folder_is_ignored():

@@ -214,6 +214,21 @@
     return box;
   }
 
+  // The run's final text per request, prompt then continuation: where masking drifts.
+  function drawOutputs(trace) {
+    const box = el("div", "bsv-outputs");
+    if (!trace.result) return box;
+    box.appendChild(el("div", "bsv-caption", "final outputs (prompt | continuation)"));
+    trace.result.sequences.forEach(function (sequence, r) {
+      const line = el("div", "bsv-output");
+      const text = function (ids) { return ids.map(function (id) { return glyph(trace.header.alphabet, id); }).join(""); };
+      line.append(el("span", "bsv-output-prompt", "r" + r + " " + text(trace.header.prompts[r])),
+        el("span", "bsv-output-new", text(sequence)));
+      box.appendChild(line);
+    });
+    return box;
+  }
+
   function drawPane(pane, trace, steps, j) {
     pane.body.replaceChildren();
     if (!steps) { pane.status.textContent = "this run has no such round (its batch finished)"; return; }
@@ -236,6 +251,7 @@
       pane.body.appendChild(el("div", "bsv-caption", "what round " + step.decision.round + " decided"));
       pane.body.appendChild(drawDecision(step.decision));
     }
+    pane.body.appendChild(drawOutputs(trace));
   }
 
   function Viewer(root, traces) {
