@@ -14,14 +14,9 @@ import torch
 
 from .. import api, faults
 from ..models import bytes as byte_codec, registry
+from ..viz.setup import prompts_for
 from .errors import UsageError
 from .pairs import DEFAULT_PAIR, PAIRS
-
-#: Prompts for a pair with a real tokenizer (the CLI's own pairs bring theirs).
-CODE_PROMPTS = ["def fibonacci(n):\n    ", "import os\n\nfor name in os.listdir(", "class Stack:\n    def push(self, x):",
-                "# sum a list\ntotal = 0\nfor x in", "def is_prime(n):\n    if n < 2:\n        return",
-                "with open(path) as f:\n    for line in", "numbers = [1, 2, 3]\nsquares = [", "try:\n    value = int(text)\n"]
-
 
 def register(subparsers) -> None:
     """Add the ``trace`` subcommand."""
@@ -87,10 +82,11 @@ def load(args):
     target, draft, tokenizer = registry.load_pair(args.pair, dtype=dtype, device=args.device)
     if args.pair in PAIRS:
         prompts = PAIRS[args.pair].prompts(args.prompts, args.seed)
-    elif tokenizer is not None:
-        prompts = [tokenizer.encode(CODE_PROMPTS[i % len(CODE_PROMPTS)]) for i in range(args.prompts)]
     else:
-        raise UsageError(f"pair {args.pair!r} has no tokenizer to make prompts with")
+        try:
+            prompts = prompts_for(args.pair, args.prompts, args.seed, tokenizer)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     return target, draft, prompts, "bytes" if args.pair == "default" else None
 
 

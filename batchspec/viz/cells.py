@@ -1,0 +1,229 @@
+"""From a recorded trace to cells: what each picture draws, as plain data.
+
+Pure functions, no matplotlib: ``tests/test_viz.py`` checks this mapping
+against the trace (the pictures in :mod:`batchspec.viz.draw` only colour it).
+Every function reads the step dicts of :mod:`batchspec.trace`.
+
+Cell kinds (the legend of every grid picture):
+
+``pad``        slot ``s < p_i`` (Spec §2.1)
+``prompt``     a prompt token
+``committed``  a token committed in an earlier round
+``drafted``    a draft proposed this round, not verified yet
+``accepted``   a draft the target accepted (m_i of them, Spec §4.3)
+``bonus``      the target's own token after the accepted drafts
+``rejected``   a rejected draft; in the grid, a hole the mask zeroes (masking)
+``foreign``    a cache slot whose key came from another request's row
+``unknown``    a cache slot whose key no call wrote and no earlier slot held
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("pad", "prompt", "committed", "drafted", "accepted", "bonus", "rejected", "foreign", "unknown")
+
+
+@dataclass
+class Cells:
+    """A ``[B][W]`` table of cells: kinds, token ids (None: no token), row labels."""
+
+    kinds: list[list[str]]
+    tokens: list[list[int | None]]
+    labels: list[str]
+    title: str = ""
+    columns: list[int] = field(default_factory=list)  # slot index of each column
+    marks: list[tuple[int, int]] = field(default_factory=list)  # (row, column) cells to outline
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.kinds), len(self.kinds[0]) if self.kinds else 0
+
+
+def row_label(obs: dict, i: int) -> str:
+    """``"r3: p=2, c=9"``: request, p_i and c_i of row ``i``."""
+    return f"r{obs['requests'][i]}: p={obs['pad'][i]}, c={obs['length'][i]}"
+
+
+def decided(trace, step: dict) -> dict | None:
+    """The decision of ``step``'s round (None at prefill or for an unfinished round)."""
+    for s in trace.round_steps(step["round"], step["batch"]):
+        if s["decision"] is not None:
+            return s["decision"]
+    return None
+
+
+def grid_cells(trace, step: dict) -> Cells:
+    """The grid of one step (Spec §2.1), with this round's speculative tokens.
+
+    Draft steps add a ``drafted`` column per draft. A verify step adds
+    ``k' + 1`` columns: the ``m_i`` accepted drafts, the bonus, then the
+    rejected drafts. After ``align``, the ``a_i`` tokens the round appended
+    are marked ``accepted`` (the last one ``bonus`` when the round had one).
+    """
+    obs = step["observation"]
+    decision = decided(trace, step)
+    kinds, tokens = [], []
+    for i, request in enumerate(obs["requests"]):
+        row_kinds = _row_kinds(obs, i, len(trace.header["prompts"][request]))
+        row_tokens = list(obs["tokens"][i])
+        if step["step"] == "align" and decision is not None:
+            _mark_appended(row_kinds, decision, request)
+        extra_kinds, extra_tokens = _speculative(step, decision, i)
+        kinds.append(row_kinds + extra_kinds)
+        tokens.append([t if k != "pad" else None for t, k in zip(row_tokens, row_kinds)] + extra_tokens)
+    return Cells(kinds, tokens, [row_label(obs, i) for i in range(len(kinds))],
+                 f"round {step['round']}, {step['step']}", list(range(len(kinds[0]))) if kinds else [])
+
+
+def _row_kinds(obs: dict, i: int, prompt_length: int) -> list[str]:
+    out, attended = [], 0
+    for s, held in enumerate(obs["mask"][i]):
+        if s < obs["pad"][i]:
+            out.append("pad")
+        elif not held:
+            out.append("rejected")  # a hole: kept in the grid, zeroed in the mask (Spec §6.1)
+        else:
+            attended += 1
+            out.append("prompt" if attended <= prompt_length else "committed")
+    return out
+
+
+def _mark_appended(row_kinds: list[str], decision: dict, request: int) -> None:
+    """Mark the tokens this round appended to ``request``'s row (its last ``a_i`` attended slots)."""
+    i = decision["requests"].index(request)
+    a, has_bonus = decision["committed"][i], decision["bonus"][i] is not None
+    attended = [s for s, k in enumerate(row_kinds) if k in ("prompt", "committed")]
+    for n, s in enumerate(attended[len(attended) - a:]):
+        row_kinds[s] = "bonus" if has_bonus and n == a - 1 else "accepted"
+
+
+def _speculative(step: dict, decision: dict | None, i: int) -> tuple[list[str], list[int | None]]:
+    obs = step["observation"]
+    drafts = (obs["draft_tokens"] or [[]] * (i + 1))[i]
+    if step["step"] == "draft" or (step["step"] == "verify" and decision is None):
+        return ["drafted"] * len(drafts), list(drafts)
+    if step["step"] != "verify":
+        return [], []
+    m, bonus = decision["accepted"][i], decision["bonus"][i]
+    kinds = ["accepted"] * m + ["bonus" if bonus is not None else "pad"] + ["rejected"] * (len(drafts) - m)
+    return kinds, list(drafts[:m]) + [bonus] + list(drafts[m:])
+
+
+def expected_positions(call: dict) -> list[list[int | None]]:
+    """I2's rule on one call (Spec §3.2): input ``j`` of row ``i`` should sit at
+    ``cumsum(mask) - 1`` over the call's attention mask; None where the mask
+    does not attend the input."""
+    t = call["cache_length"]
+    out = []
+    for mask in call["attention_mask"]:
+        count, row = 0, []
+        for s, held in enumerate(mask):
+            count += held
+            if s >= t:
+                row.append(count - 1 if held else None)
+        out.append(row)
+    return out
+
+
+def position_cells(call: dict, obs: dict) -> tuple[Cells, list[list[int]]]:
+    """The position ids one call fed, over its inputs' slots; cells breaking I2 are marked.
+
+    Returns the cells (token = the position id fed) and the expected positions.
+    """
+    expected = expected_positions(call)
+    t = call["cache_length"]
+    kinds, tokens, marks = [], [], []
+    for i, fed in enumerate(call["position_ids"]):
+        kinds.append(["committed" if e is not None else "pad" for e in expected[i]])
+        tokens.append(list(fed))
+        marks += [(i, j) for j, (p, e) in enumerate(zip(fed, expected[i])) if e is not None and p != e]
+    labels = [row_label(obs, i) for i in range(len(kinds))]
+    columns = list(range(t, t + len(kinds[0]))) if kinds else []
+    return Cells(kinds, tokens, labels, f"{call['model']} call: positions fed", columns, marks), expected
+
+
+def cache_cells(step: dict, model: str = "target") -> Cells:
+    """One model's cache after ``step``: the token each slot's key came from.
+
+    Slots of the row's own committed tokens are ``committed`` (``prompt`` for
+    the prompt), speculative slots past ``L - 1`` are ``drafted``, padding
+    ``pad``; a slot copied from another request is ``foreign``, one of
+    unknown origin ``unknown``.
+    """
+    obs = step["observation"]
+    cache = obs["caches"][model]
+    width = len(obs["tokens"][0])
+    kinds, tokens = [], []
+    for i, request in enumerate(obs["requests"]):
+        row_kinds = []
+        for s, (token, source) in enumerate(zip(cache["token"][i], cache["source"][i])):
+            if token is None:
+                row_kinds.append("unknown")
+            elif source is not None and source[0] != request:
+                row_kinds.append("foreign")
+            elif s < obs["pad"][i]:
+                row_kinds.append("pad")
+            elif s >= width - 1:
+                row_kinds.append("drafted")
+            else:
+                row_kinds.append("committed")
+        kinds.append(row_kinds)
+        tokens.append([t if k != "pad" else None for t, k in zip(cache["token"][i], row_kinds)])
+    return Cells(kinds, tokens, [row_label(obs, i) for i in range(len(kinds))],
+                 f"{model} cache after {step['step']} (round {step['round']})",
+                 list(range(cache["length"])))
+
+
+def shift_arrows(before: dict, after: dict, model: str = "target") -> list[tuple[int, int, int, int, int]]:
+    """``(row_before, slot_before, row_after, slot_after, δ)`` for every content slot
+    of ``after`` whose key came from a different slot or row of ``before``
+    (the realignment gather, Spec §4.5), read from the recorded provenance."""
+    rows_before = {r: i for i, r in enumerate(before["observation"]["requests"])}
+    obs = after["observation"]
+    out = []
+    for j, request in enumerate(obs["requests"]):
+        for s, source in enumerate(obs["caches"][model]["source"][j]):
+            if s < obs["pad"][j] or source is None or source[0] not in rows_before:
+                continue
+            if source != [request, s]:
+                out.append((rows_before[source[0]], source[1], j, s, s - source[1]))
+    return out
+
+
+def violation_cell(step: dict, violation: dict) -> tuple[int | None, int | None]:
+    """``(row, column)`` in :func:`grid_cells` coordinates where ``violation``
+    shows: I1 the first grid slot whose mask differs from ``p_i`` zeros then
+    ones; I2 the grid slot of the first input fed a wrong position; other
+    invariants the row only (column None)."""
+    row, obs = violation["row"], step["observation"]
+    if row is None or obs is None:
+        return row, None
+    if violation["invariant"] == "I1":
+        mask, p = obs["mask"][row], obs["pad"][row]
+        wrong = [s for s, held in enumerate(mask) if held != (s >= p)]
+        return row, (wrong[0] if wrong else None)
+    if violation["invariant"] == "I2":
+        for call in obs["calls"]:
+            if violation["model"] not in (None, call["model"]):
+                continue
+            _, expected = position_cells(call, obs)
+            for j, (p, e) in enumerate(zip(call["position_ids"][row], expected[row])):
+                if e is not None and p != e:
+                    return row, call["cache_length"] + j
+        return row, None
+    return row, None
+
+
+def caption(violation: dict) -> str:
+    """One line: invariant, where, expected vs actual."""
+    where = f"round {violation['round']}, step {violation['step']}, row {violation['row']}"
+    if violation.get("model"):
+        where += f", {violation['model']}"
+    return (f"{violation['invariant']} {violation['name']} at {where}: {violation['detail']}\n"
+            f"expected {_short(violation['expected'])}   actual {_short(violation['actual'])}")
+
+
+def _short(value, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else "…" + text[-limit:]
