@@ -21,7 +21,7 @@ import griffe_batchspec as ext  # noqa: E402
 import hooks  # noqa: E402
 
 ROLE = re.compile(r":(class|func|meth|data|mod|attr|exc|obj):")
-MODULES = ["batchspec", "reference", "invariants", "audit", "oracle", "faults", "scheduler", "models"]
+MODULES = ["batchspec", "reference", "invariants", "audit", "oracle", "faults", "scheduler", "models", "trace", "viz"]
 
 
 def page(site, name: str) -> str:
