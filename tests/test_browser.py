@@ -193,3 +193,27 @@ def test_the_page_checks_fire_on_a_broken_page(browser, tmp_path):
 
 def test_screenshots_folder_is_ignored():
     assert "screenshots/" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_standalone_page_steps_through_every_batch_and_back(browser, pairs, tmp_path):
+    """``write_html`` (what ``batchspec trace --html`` writes) on a run of two static batches."""
+    from batchspec.trace import record
+    from batchspec.viz.html import write_html
+
+    target, draft = pairs("llama")
+    trace = record(target, draft, [[3, 4, 5], [6, 7, 8, 9]], "eqspec", num_draft_tokens=2, max_new_tokens=4,
+                   batch_size=1)
+    write_html(trace, tmp_path / "index.html")
+    rounds = sorted({(s["batch"], s["round"]) for s in trace.steps})
+    with serving(tmp_path) as url:
+        open_page(browser, url)
+        pane = lambda: panes(browser)["eqspec"]  # noqa: E731
+        forward = browser.find_element(By.CSS_SELECTOR, 'button[data-action="next-round"]')
+        seen = [pane().find_element(By.CSS_SELECTOR, ".bsv-status").text.split(", step")[0]]
+        for _ in rounds[1:]:
+            forward.click()
+            seen.append(pane().find_element(By.CSS_SELECTOR, ".bsv-status").text.split(", step")[0])
+        assert seen == [f"batch {b}, round {r}" for b, r in rounds]
+        browser.find_element(By.CSS_SELECTOR, ".bsv-viewer").send_keys("\ue012")  # ArrowLeft: back one step
+        assert pane().get_attribute("data-round") == str(rounds[-2][1])
+        assert console_errors(browser) == []

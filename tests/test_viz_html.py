@@ -33,7 +33,7 @@ def embedded(page: str) -> list[dict]:
 def test_page_is_self_contained_and_carries_the_trace(trace, tmp_path):
     page = write_html(trace, tmp_path / "t.html").read_text()
     assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', page)  # no CDN, nothing fetched
-    assert "<script src" not in page and "<link" not in page
+    assert "<script src" not in page and re.findall(r"<link[^>]*>", page) == ['<link rel="icon" href="data:,">']
     (shown,) = embedded(page)
     assert shown["label"] == "masking" and shown["header"] == trace.header
     assert [s["step"] for s in shown["steps"]] == [s["step"] for s in trace.steps]

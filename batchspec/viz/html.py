@@ -86,6 +86,7 @@ def fragment(traces: dict) -> str:
 def _page(title: str, body: str) -> str:
     return ("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title)}</title>\n"
+            '<link rel="icon" href="data:,">\n'  # no favicon request: the page works from disk alone
             "<style>body { margin: 1.5em; font-family: system-ui, sans-serif; }</style>\n"
             f"</head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
             "<p>Step with the buttons or the arrow keys (click the viewer first). "
