@@ -29,6 +29,7 @@ import griffe
 
 ROLE = re.compile(r":(?:class|func|meth|data|mod|attr|exc|obj):`(~?)([\w.]+)`( s\b)?")
 MOUNTED = ("reference", "invariants")  # folders installed as batchspec.<name>
+SHAPE = re.compile(r"^(\[[^\]]*\](?:\[[^\]]*\])*)")  # a leading ``[B, L]`` or ``[B][T]``, shown as code
 
 
 def _qualify(path: str) -> str:
@@ -88,7 +89,7 @@ def _document_field(attr: griffe.Object) -> None:
     if attr.docstring is None and attr.parent.is_class and attr.lineno:
         comment = trailing_comment(attr.module.lines[attr.endlineno - 1])
         if comment:
-            attr.docstring = griffe.Docstring(comment, parent=attr)
+            attr.docstring = griffe.Docstring(SHAPE.sub(r"`\1`", comment), parent=attr)
 
 
 def _walk(obj: griffe.Object):

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(webdriver is None or not (CHROMIUM.exists() and 
                                 reason=INSTALL)
 
 # Run in the page after load: what a reader would see go wrong.
-PAGE_STATE = """
+PAGE_STATE = r"""
 const images = Array.from(document.images);
 return {
   title: document.title,
@@ -53,6 +53,17 @@ return {
   katexErrors: Array.from(document.querySelectorAll('.katex-error')).map(e => e.textContent.slice(0, 80)),
   unrendered: Array.from(document.querySelectorAll('.arithmatex'))
     .filter(e => !e.querySelector('.katex')).map(e => e.textContent.slice(0, 80)),
+  // TeX left as text outside code (a notebook's markdown has no .arithmatex wrapper)
+  rawTex: (() => {
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    const found = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.parentElement.closest('pre, code, script, style, .katex, .arithmatex, .bsv-viewer')) continue;
+      const hit = node.textContent.match(/\$[^$\s][^$]*\$|\\\(.+?\\\)/);
+      if (hit) found.push(hit[0].slice(0, 80));
+    }
+    return found;
+  })(),
 };
 """
 
@@ -129,7 +140,7 @@ def test_pages_render_without_errors(browser, server, docs_site):
         screenshot(browser, name)
         assert console_errors(browser) == [], path
         assert state["broken"] == [], (path, state["broken"])
-        assert state["katexErrors"] == [] and state["unrendered"] == [], (path, state)
+        assert state["katexErrors"] == [] and state["unrendered"] == [] and state["rawTex"] == [], (path, state)
         assert state["katex"] >= state["math"], path
         assert state["title"].endswith("batchspec"), (path, state["title"])
     math = open_page(browser, server + "spec/05-theorems/")
@@ -178,7 +189,7 @@ def test_viewer_steps_to_masking_first_ragged_round_and_shows_i1(browser, server
 
 BROKEN_PAGE = """<!doctype html><html><head><title>broken</title></head><body>
 <img src="missing.png"><span class="arithmatex">\\(x^2\\)</span><span class="katex-error">\\frac</span>
-<script>console.error("boom")</script></body></html>"""
+<p>raw $a_i = m_i + 1$ text</p><script>console.error("boom")</script></body></html>"""
 
 
 def test_the_page_checks_fire_on_a_broken_page(browser, tmp_path):
@@ -189,6 +200,7 @@ def test_the_page_checks_fire_on_a_broken_page(browser, tmp_path):
     assert any("boom" in e for e in errors) and any("missing.png" in e for e in errors)
     assert state["broken"] == ["missing.png"]
     assert state["unrendered"] and state["katexErrors"] and state["katex"] < state["math"]
+    assert state["rawTex"] == ["$a_i = m_i + 1$"]
 
 
 def test_screenshots_folder_is_ignored():

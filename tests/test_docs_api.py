@@ -44,7 +44,7 @@ def test_dataclass_fields_are_listed_with_shapes(docs_site):
     for field in ("round", "step", "tokens", "mask", "pad", "length", "caches", "calls", "draft_tokens"):
         assert f'id="batchspec.invariants.Observation.{field}"' in inv, field
     tokens = inv[inv.index('id="batchspec.invariants.Observation.tokens"'):][:3000]
-    assert "[B, L] left-padded committed grid" in tokens
+    assert "<code>[B, L]</code> left-padded committed grid" in tokens
 
 
 def test_every_public_module_has_a_page_named_batchspec_dot(docs_site):
@@ -90,6 +90,7 @@ def test_mount_and_field_comments(loaded):
     assert loaded["reference.state.repad"].path == "batchspec.reference.state.repad"
     assert loaded["invariants.Observation"].path.startswith("batchspec.invariants")
     assert loaded["invariants.observation.Observation.pad"].docstring.value == "p_i"
+    assert loaded["invariants.observation.Observation.tokens"].docstring.value.startswith("`[B, L]` left-padded")
     assert ext.trailing_comment('x: str = "# not a comment"  # real') == "real"
     assert ext.trailing_comment('x: str = "# not a comment"') is None
 

@@ -164,7 +164,10 @@
     const bad = violatedRows(step, ["I3", "I4"]);
     cache.token.forEach(function (tokens, i) {
       const tr = el("tr", bad.has(i) ? "bsv-bad-row" : "");
-      tr.appendChild(el("th", "bsv-label", "r" + step.observation.requests[i]));
+      const request = step.observation.requests[i];
+      const at = step.decision ? step.decision.requests.indexOf(request) : -1;
+      const delta = at >= 0 ? step.decision.delta[at] : null;
+      tr.appendChild(el("th", "bsv-label", "r" + request + (delta ? "  \u03b4 " + (delta > 0 ? "+" : "") + delta : "")));
       tokens.forEach(function (id, s) {
         const source = cache.source[i][s];
         let role = "kept";
