@@ -11,6 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+TEXT_BLOCK = re.compile(r"prints\n\n```text\n(.*?)```", re.S)
+INLINE_PRINT = re.compile(r"prints `([^`]+)`")
 
 
 def test_quickstart_runs_as_printed(capsys):
@@ -20,6 +22,8 @@ def test_quickstart_runs_as_printed(capsys):
     for block in blocks:
         exec(compile(block, "docs/quickstart.md", "exec"), namespace)  # the second block asserts exactness
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("'class Queue:") and len(printed) == 4
-    assert re.fullmatch(r"\d\.\d\d tokens per target call, acceptance 0\.\d\d", printed[-1])
+    page = (ROOT / "docs" / "quickstart.md").read_text()
+    # float64 on CPU: the page shows the exact output, and this keeps it so
+    assert printed[:3] == TEXT_BLOCK.findall(page)[0].splitlines()
+    assert printed[3:] == INLINE_PRINT.findall(page)
     assert namespace["stats"].tokens_per_target_call > 1  # speculation did something
