@@ -184,6 +184,11 @@ def test_viewer_steps_to_masking_first_ragged_round_and_shows_i1(browser, server
     assert eqspec.find_elements(By.CSS_SELECTOR, ".bsv-moved")  # EQSPEC's repad moved cache slots
     browser.find_element(By.CSS_SELECTOR, '.bsv-controls button[data-action="prev"]').click()
     assert panes(browser)["masking"].get_attribute("data-step") == before_align  # and back
+    open_page(browser, server + "step-through/")  # the shortcut lands on the same step
+    browser.find_element(By.CSS_SELECTOR, 'button[data-action="next-violation"]').click()
+    masking = panes(browser)["masking"]
+    assert (masking.get_attribute("data-round"), masking.get_attribute("data-step")) == (str(ragged), "align")
+    assert masking.get_attribute("data-violations").split()[0] == "I1"
     assert console_errors(browser) == []
 
 
@@ -227,5 +232,8 @@ def test_standalone_page_steps_through_every_batch_and_back(browser, pairs, tmp_
             seen.append(pane().find_element(By.CSS_SELECTOR, ".bsv-status").text.split(", step")[0])
         assert seen == [f"batch {b}, round {r}" for b, r in rounds]
         browser.find_element(By.CSS_SELECTOR, ".bsv-viewer").send_keys("\ue012")  # ArrowLeft: back one step
+        assert pane().get_attribute("data-round") == str(rounds[-2][1])
+        browser.find_element(By.CSS_SELECTOR, 'button[data-action="next-violation"]').click()  # EQSPEC: none
+        assert "no violation after this step" in browser.find_element(By.CSS_SELECTOR, ".bsv-where").text
         assert pane().get_attribute("data-round") == str(rounds[-2][1])
         assert console_errors(browser) == []

@@ -75,6 +75,7 @@ def fragment(traces: dict) -> str:
         '<button type="button" data-action="prev">&lsaquo; step</button>'
         '<button type="button" data-action="next">step &rsaquo;</button>'
         '<button type="button" data-action="next-round">round &raquo;</button>'
+        '<button type="button" data-action="next-violation">next violation</button>'
         '<span class="bsv-where"></span></div>\n'
         f'<div class="bsv-legend">{legend}</div>\n'
         '<div class="bsv-panes"></div>\n'

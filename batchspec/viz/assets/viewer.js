@@ -292,8 +292,26 @@
       state.j = 0;
       render();
     }
+    // The next (round, step) after the current one where some pane records a violation.
+    function nextViolation() {
+      const start = { at: state.at, j: state.j };
+      for (;;) {
+        const before = state.at + ":" + state.j;
+        move(1);
+        if (before === state.at + ":" + state.j) break;  // the end of the timeline
+        const found = panes.some(function (p) {
+          const steps = p.groups.get(line.keys[state.at]);
+          return steps && state.j < steps.length && steps[state.j].violations.length > 0;
+        });
+        if (found) return;
+      }
+      state.at = start.at;
+      state.j = start.j;
+      render();
+      where.textContent += " (no violation after this step)";
+    }
     const actions = { "prev-round": function () { jump(-1); }, prev: function () { move(-1); },
-      next: function () { move(1); }, "next-round": function () { jump(1); } };
+      next: function () { move(1); }, "next-round": function () { jump(1); }, "next-violation": nextViolation };
     bar.querySelectorAll("button").forEach(function (b) { b.addEventListener("click", actions[b.dataset.action]); });
     root.addEventListener("keydown", function (e) {
       if (e.key === "ArrowRight") { move(1); e.preventDefault(); }
