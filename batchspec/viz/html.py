@@ -18,8 +18,8 @@ invariants saw (Spec §3) and what the round decided (Spec §4.7):
 
 Several traces of the same prompts share one timeline and sit side by side
 (:func:`comparison_html`), so EQSPEC and masking are seen at the same round.
-Everything is inline (vanilla JS and CSS from ``assets/``, the traces as
-JSON): no CDN, no network, the file opens from disk.
+Everything is inline (vanilla JS and CSS from ``assets/``: ``draw.js`` draws
+one step, ``viewer.js`` steps; the traces as JSON): no CDN, no network, the file opens from disk.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def fragment(traces: dict) -> str:
         f'<div class="bsv-legend">{legend}</div>\n'
         '<div class="bsv-panes"></div>\n'
         f'<script type="application/json" class="bsv-data">{_script_json(data)}</script>\n'
-        f"<script>{(ASSETS / 'viewer.js').read_text()}</script>\n"
+        f"<script>{(ASSETS / 'draw.js').read_text()}\n{(ASSETS / 'viewer.js').read_text()}</script>\n"
         "</div>\n")
 
 
