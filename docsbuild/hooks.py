@@ -6,8 +6,8 @@
 * ``step-through.md``: the ``<!-- batchspec:step-through -->`` marker becomes
   the step-through viewer (``batchspec.viz.html``) of EQSPEC and masking on
   the same four prompts, recorded from the embedded default pair when the site
-  builds (about 2 s on one CPU thread), so the page always shows what the code
-  does now. The two traces are also written next to the page as JSON lines.
+  builds (1-2 s on one idle CPU thread, after loading torch), so the page
+  always shows what the code does now. The two traces are also written next to the page as JSON lines.
 * API pages: a module's heading shows its full import path
   (``batchspec.reference.acceptance``, not ``acceptance``).
 """
@@ -25,7 +25,7 @@ VIEWER_MARKER = "<!-- batchspec:step-through -->"
 # first round already accepts different counts, so masking breaks I1 in round 1.
 STEP_THROUGH_PROMPTS = ((3, 9), (8, 15), (13, 11), (21, 18))
 STEP_THROUGH_SETTINGS = {"num_draft_tokens": 4, "max_new_tokens": 12, "batch_size": 4}
-_traces: dict = {}  # recorded once per mkdocs process (``mkdocs serve`` rebuilds often)
+_traces: dict = {}  # recorded once per build: on_files and the page both read them
 # mkdocstrings' heading of an object: its id, then its short name as code.
 HEADING = re.compile(r'(<h[2-6] id="(batchspec(?:\.\w+)+)" class="doc doc-heading">\s*<code>)(\w+)(</code>)')
 
