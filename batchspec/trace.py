@@ -53,10 +53,18 @@ Format (``batchspec-trace``, version 1). One JSON object per line:
   "drafted" k', "accepted" [B] m_i, "committed" [B] a_i, "bonus" [B] (the
   target's token after the accepted drafts, or null when EOS or the budget
   cut the row first), "delta" [B] δ_i = p'_i - p_i (null for a row that
-  left), "leaving" [requests], "width" L', "moved" bool, "wasted" [B] or null}``;
+  left), "leaving" [requests], "width" L', "moved" bool, "wasted" [B] or null
+  (rollback), "grouped" bool or null and "waiting" [requests] or null (EXSPEC:
+  the batch was one same-length group; the pool's requests left out)}``;
 * ``violations``: ``[{"invariant", "name", "round", "step", "row",
   "request", "model", "expected", "actual", "detail"}]`` found on this step's
   observation (expected/actual as JSON values; anything else as its repr).
+
+Under EXSPEC (``method="exspec"``, Spec §8) a round reads: ``"align"`` (the
+batch stacked from the pool; ``round`` is the new round), its draft and
+verify steps, one ``"align"`` per member released back to the pool (a
+one-row observation), then ``"finish"`` with the decision, whose ``delta``
+is null for every row (rows go back to the pool unaligned).
 
 **last line** ``{"kind": "result", "sequences": [[int]], "stop_reasons": [str]}``
 in request order.
@@ -163,7 +171,9 @@ class Recorder:
     def add(self, event, batch: int) -> None:
         state = event.state
         obs = observation(event) if state.batch else None
-        step = {"kind": "step", "index": len(self.steps), "batch": batch, "round": int(state.round),
+        # an EXSPEC member is observed as a one-row batch that carries its round in the observation
+        rnd = obs.round if obs is not None else getattr(state, "round", event.record.round if event.record else 0)
+        step = {"kind": "step", "index": len(self.steps), "batch": batch, "round": int(rnd),
                 "step": event.step, "phase": event.phase, "observation": None, "decision": None,
                 "violations": []}
         if obs is not None:
@@ -252,7 +262,8 @@ def _decision(record, verify: dict | None, after: dict | None) -> dict:
     return {"round": record.round, "requests": list(record.requests), "drafted": record.drafted,
             "accepted": m, "committed": a, "bonus": bonus, "delta": delta,
             "leaving": [r for r in record.requests if r not in pad_after], "width": record.width,
-            "moved": bool(record.moved), "wasted": plain(getattr(record, "wasted", None))}
+            "moved": bool(record.moved), "wasted": plain(getattr(record, "wasted", None)),
+            "grouped": getattr(record, "grouped", None), "waiting": plain(getattr(record, "waiting", None))}
 
 
 def _tap(decoder, recorder: Recorder, batch: int):

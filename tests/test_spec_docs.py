@@ -46,7 +46,7 @@ def test_api_reference_and_placeholders(site):
     assert 'id="batchspec.reference.state.repad"' in api and "Unpad" in api
     assert 'id="batchspec.invariants.alignment.rectangular_alignment"' in (site / "api" / "invariants" / "index.html").read_text()
     assert "generate" in (site / "api" / "batchspec" / "index.html").read_text()
-    assert "come later" in (site / "tutorials" / "index.html").read_text()
+    assert "The ragged problem" in (site / "tutorials" / "index.html").read_text()
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

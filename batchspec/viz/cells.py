@@ -15,13 +15,16 @@ Cell kinds (the legend of every grid picture):
 ``rejected``   a rejected draft; in the grid, a hole the mask zeroes (masking)
 ``foreign``    a cache slot whose key came from another request's row
 ``unknown``    a cache slot whose key no call wrote and no earlier slot held
+``cached``     (positions) a slot already in the cache when the call ran
+``fed``        (positions) an input of the call
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KINDS = ("pad", "prompt", "committed", "drafted", "accepted", "bonus", "rejected", "foreign", "unknown")
+KINDS = ("pad", "prompt", "committed", "drafted", "accepted", "bonus", "rejected", "foreign", "unknown",
+         "cached", "fed")
 
 
 @dataclass
@@ -111,36 +114,43 @@ def _speculative(step: dict, decision: dict | None, i: int) -> tuple[list[str], 
 
 
 def expected_positions(call: dict) -> list[list[int | None]]:
-    """I2's rule on one call (Spec §3.2): input ``j`` of row ``i`` should sit at
-    ``cumsum(mask) - 1`` over the call's attention mask; None where the mask
-    does not attend the input."""
-    t = call["cache_length"]
+    """I2's rule over one call's slots (Spec §3.2): the token in slot ``s`` of row
+    ``i`` should sit at ``cumsum(mask) - 1`` of the call's attention mask, the
+    number of attended slots before it; None where the mask does not attend."""
     out = []
     for mask in call["attention_mask"]:
         count, row = 0, []
-        for s, held in enumerate(mask):
+        for held in mask:
             count += held
-            if s >= t:
-                row.append(count - 1 if held else None)
+            row.append(count - 1 if held else None)
         out.append(row)
     return out
 
 
-def position_cells(call: dict, obs: dict) -> tuple[Cells, list[list[int]]]:
-    """The position ids one call fed, over its inputs' slots; cells breaking I2 are marked.
+def position_cells(call: dict, obs: dict) -> tuple[Cells, list[list[int | None]]]:
+    """The positions of one call over its slots: cached slots at the position
+    their key was computed with (the recorded provenance), then the inputs at
+    the position ids fed. Inputs breaking I2 are marked (I2 judges the inputs;
+    a cached slot was judged by the call that wrote it).
 
-    Returns the cells (token = the position id fed) and the expected positions.
+    Returns the cells (token = position) and the expected positions per slot.
     """
     expected = expected_positions(call)
     t = call["cache_length"]
+    cached = obs["caches"][call["model"]]["position"]
     kinds, tokens, marks = [], [], []
     for i, fed in enumerate(call["position_ids"]):
-        kinds.append(["committed" if e is not None else "pad" for e in expected[i]])
-        tokens.append(list(fed))
-        marks += [(i, j) for j, (p, e) in enumerate(zip(fed, expected[i])) if e is not None and p != e]
+        mask = call["attention_mask"][i]
+        row_kinds = ["pad" if s < obs["pad"][i] else "rejected" if not held else "cached" if s < t else "fed"
+                     for s, held in enumerate(mask)]
+        kinds.append(row_kinds)
+        # a padding slot shows its position only when the call attends it (the DSD bug)
+        tokens.append([p if (k != "pad" or held) else None
+                       for p, k, held in zip(list(cached[i][:t]) + list(fed), row_kinds, mask)])
+        marks += [(i, t + j) for j, p in enumerate(fed) if expected[i][t + j] is not None and p != expected[i][t + j]]
     labels = [row_label(obs, i) for i in range(len(kinds))]
-    columns = list(range(t, t + len(kinds[0]))) if kinds else []
-    return Cells(kinds, tokens, labels, f"{call['model']} call: positions fed", columns, marks), expected
+    return Cells(kinds, tokens, labels, f"{call['model']} call: positions", list(range(len(kinds[0]))) if kinds
+                 else [], marks), expected
 
 
 def cache_cells(step: dict, model: str = "target") -> Cells:
@@ -205,12 +215,11 @@ def violation_cell(step: dict, violation: dict) -> tuple[int | None, int | None]
         return row, (wrong[0] if wrong else None)
     if violation["invariant"] == "I2":
         for call in obs["calls"]:
-            if violation["model"] not in (None, call["model"]):
-                continue
-            _, expected = position_cells(call, obs)
-            for j, (p, e) in enumerate(zip(call["position_ids"][row], expected[row])):
-                if e is not None and p != e:
-                    return row, call["cache_length"] + j
+            if violation["model"] in (None, call["model"]):
+                cells, _ = position_cells(call, obs)
+                columns = [j for i, j in cells.marks if i == row]
+                if columns:
+                    return row, columns[0]
         return row, None
     return row, None
 

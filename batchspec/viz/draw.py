@@ -22,9 +22,11 @@ STYLE = {
     "drafted": ("#F0E442", "black", None),
     "accepted": ("#009E73", "white", None),
     "bonus": ("#CC79A7", "black", None),
-    "rejected": ("#D55E00", "white", "///"),
-    "foreign": ("#E69F00", "black", "xx"),
+    "rejected": ("#D55E00", "white", "/"),
+    "foreign": ("#E69F00", "black", "x"),
     "unknown": ("#000000", "white", None),
+    "cached": ("#0072B2", "white", None),
+    "fed": ("#F0E442", "black", None),
 }
 MARK = "#000000"
 
@@ -109,12 +111,15 @@ def draw_positions(trace, step: dict, last: int | None = 28):
     of the mask passed with them, Spec §3.2)."""
     obs = step["observation"]
     calls = obs["calls"]
-    width = max(len(call["position_ids"][0]) for call in calls)
+    width = max(len(call["attention_mask"][0]) for call in calls)
     fig, axes = _figure(len(obs["requests"]), min(width, (last or 999) + 1), 2 * len(calls))
     for n, call in enumerate(calls):
         fed, expected = c.position_cells(call, obs)
-        fed.title = f"round {step['round']}, {step['step']}: positions fed to the {call['model']}"
-        wanted = c.Cells(fed.kinds, expected, fed.labels, "positions I2 expects: cumsum(mask) - 1", fed.columns)
+        fed.title = (f"round {step['round']}, {step['step']}: positions in the {call['model']} call "
+                     f"(cached slots, then the {len(call['position_ids'][0])} fed)")
+        wanted = c.Cells(fed.kinds, [[e if k != "pad" or e is not None else None for e, k in zip(row, kinds)]
+                                     for row, kinds in zip(expected, fed.kinds)],
+                         fed.labels, "positions I2 expects: cumsum(mask) - 1", fed.columns)
         draw_cells(fed, axes[2 * n], None, last)
         draw_cells(wanted, axes[2 * n + 1], None, last)
     return _done(fig)
@@ -194,7 +199,9 @@ def draw_violation(trace, violation: dict | None = None, last: int = 24):
     if row is not None:
         cells.marks = [(row, column)] if column is not None else [(row, j) for j in range(cells.shape[1])]
     fig, (ax,) = _figure(cells.shape[0], min(cells.shape[1], last + 1))
+    height = fig.get_figheight() + 0.6  # room for the two caption lines
+    fig.set_figheight(height)
     draw_cells(cells, ax, trace.header.get("alphabet"), last)
-    fig.text(0.01, 0.0, c.caption(violation), fontsize=8, va="bottom", family="DejaVu Sans Mono")
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.text(0.01, 0.05 / height, c.caption(violation), fontsize=8, va="bottom", family="DejaVu Sans Mono")
+    fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
     return fig

@@ -93,6 +93,9 @@ def tutorial_setup(dtype: torch.dtype = torch.float64, pair: str | None = None, 
     algorithm, which float64 keeps free of rounding ties (Spec §5.2).
     Prints one line saying what runs (unless ``quiet``).
     """
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # weight-loading bars would fill the notebook's first output
     asked_pair = pair or os.environ.get("BATCHSPEC_TUTORIAL_PAIR", "default")
     asked_device = device or os.environ.get("BATCHSPEC_TUTORIAL_DEVICE", "cpu")
     problems = []
