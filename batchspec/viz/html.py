@@ -32,7 +32,8 @@ ASSETS = Path(__file__).with_name("assets")
 LEGEND = (("pad", "padding"), ("prompt", "prompt"), ("committed", "committed"), ("drafted", "drafted"),
           ("accepted", "accepted draft"), ("rejected", "rejected draft"), ("bonus", "bonus token"),
           ("hole", "masked hole"), ("wrong", "position off cumsum(mask) - 1"),
-          ("written", "slot written"), ("kept", "slot kept"), ("moved", "slot moved"))
+          ("written", "slot written"), ("kept", "slot kept"), ("moved", "slot moved"),
+          ("foreign", "slot from another row"))
 
 
 def _load(trace):
