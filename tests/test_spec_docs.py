@@ -43,8 +43,8 @@ def test_every_spec_page_is_built_with_its_math(site):
 
 def test_api_reference_and_placeholders(site):
     api = (site / "api" / "reference" / "index.html").read_text()
-    assert 'id="reference.state.repad"' in api and "Unpad" in api
-    assert 'id="invariants.alignment.rectangular_alignment"' in (site / "api" / "invariants" / "index.html").read_text()
+    assert 'id="batchspec.reference.state.repad"' in api and "Unpad" in api
+    assert 'id="batchspec.invariants.alignment.rectangular_alignment"' in (site / "api" / "invariants" / "index.html").read_text()
     assert "generate" in (site / "api" / "batchspec" / "index.html").read_text()
     assert "The ragged problem" in (site / "tutorials" / "index.html").read_text()
 

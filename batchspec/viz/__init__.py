@@ -5,7 +5,9 @@
   ``draw_positions``, ``draw_cache``, ``draw_shift``, ``draw_round``,
   ``draw_violation``), imported on first use so that ``tutorial_setup`` and
   the cells need no matplotlib;
-* :func:`tutorial_setup`: the first cell of every tutorial.
+* :func:`tutorial_setup`: the first cell of every tutorial;
+* :mod:`batchspec.viz.html`: the step-through viewer, a trace as one
+  self-contained HTML page (``write_html``; ``batchspec trace --html``).
 """
 
 from __future__ import annotations
