@@ -47,4 +47,5 @@ def test_sampled_run_reports_and_greedy_does_not(pairs):
     assert summary["expected_tokens_per_target_call"] == sampled.expected_tokens_per_target_call
     greedy = batchspec.generate(target, draft, PROMPTS, num_draft_tokens=4, max_new_tokens=12).stats
     assert greedy.expected_tokens_per_target_call is None and greedy.mean_alpha == []
-    assert len(greedy.per_position_acceptance) == 4
+    # greedy reports acceptance too; slots no row reached (every earlier draft accepted) are absent
+    assert 1 <= len(greedy.per_position_acceptance) <= 4
