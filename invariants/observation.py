@@ -62,7 +62,7 @@ KVOracle = Callable[[str, list[int]], list[tuple[torch.Tensor, torch.Tensor]]]
 
 @dataclass
 class SampledRound:
-    """What a sampled verify step decided from, for I6 (Spec §3.7)."""
+    """What a sampled verify step decided from, for I6 (Spec §3.6)."""
 
     draft_logits: list  # k'+1 tensors [B, V] the draft calls returned, the last at the bonus slot ([] without a draft)
     positions: list[int]  # per row, the absolute position t of slot 0 (c_i)

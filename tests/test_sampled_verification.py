@@ -1,4 +1,4 @@
-"""I6 sampled verification (Spec §3.7) fires on decoders and observations that
+"""I6 sampled verification (Spec §3.6) fires on decoders and observations that
 commit anything but the rule's decision, and is silent on correct sampled runs."""
 
 from __future__ import annotations
