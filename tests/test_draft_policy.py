@@ -101,3 +101,27 @@ def test_the_code_chooses_as_the_spec_does(alpha, costs):
     spec_k = spec_namespace()["choose_k"](table.draft_call(4), {n: table.target_call(4, n) for n in range(1, 10)},
                                           alpha)
     assert best_k(table, 4, alpha) == spec_k
+
+
+@pytest.mark.parametrize("method", ["eqspec", "exspec"])
+def test_sampled_rounds_of_any_k_equal_the_per_position_reference(pairs, method):
+    """Under sampling a round with k' = 0 still decides its one slot by the rule
+    (the catch-up gives the draft's q before verifying, Spec §4.3.2), so the
+    output cannot depend on the policy's choices."""
+    from batchspec.reference.sampling import Sampler, Warping
+    from batchspec.testing import reference_sampled
+
+    target, draft = pairs("llama", "perturbed")
+    prompts = PROMPTS[:4]
+    keys = {r: (3, r) for r in range(len(prompts))}
+    policy = Scripted([0, 3, 0, 0, 1, 5, 2])
+    config = DecodeConfig(k=policy, max_new_tokens=NEW, eos=None, batch_size=3,
+                          sampler=Sampler(Warping(0.9, None, None), keys))
+    outputs, stats = {}, Stats(method)
+    with torch.no_grad():
+        for decoder in METHODS[method].decoders(Models(target, draft), prompts, config):
+            outputs.update(drive(decoder, stats, True, None, [], target.device))
+    expected = [reference_sampled(target, draft, p, NEW, keys[r], None, 0.9, None, None)
+                for r, p in enumerate(prompts)]
+    assert [outputs[r].tokens for r in range(len(prompts))] == expected
+    assert 0 in policy.seen

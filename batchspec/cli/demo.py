@@ -7,6 +7,11 @@ accept = accepted / drafted draft tokens; target, draft = forward calls;
 time s = seconds decoding, invariant checks excluded; check s = seconds
 checking the invariants; speedup = baseline time s / this time s. Below the
 table: time s split into the draft / verify / align / other phases.
+
+With ``--sample`` both methods sample (Spec §4.3.2) and each is checked
+against its per-position reference (exact = outputs identical to it); a
+greedy EQSPEC row is shown beside them, and ``tok/call (α)`` is what the
+recorded ``α = Σ min(p, q)`` predicts (Spec §5.4).
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ import json
 
 from ..api import generate
 from ..stats import PHASES, Stats
+from ..api import METHODS
+from ..validate import validate_sampling
+from . import sampled
 from .common import add_pair_arguments, load_pair, nonnegative_int, positive_int, progress
+from .errors import UsageError
 
 COLUMNS = ("exact: outputs identical to the baseline; tok/call: tokens per row per target call;\n"
            "accept: drafts accepted / drafted; target, draft: forward calls; time s: decoding,\n"
@@ -35,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("--prompts", type=positive_int, default=8, help="how many prompts (default %(default)s)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
+    sampled.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -53,8 +63,11 @@ def merge(total: Stats, part: Stats) -> Stats:
     return total
 
 
-def decode_all(pair, prompts, method, args, bar) -> tuple[list[list[int]], Stats]:
-    """``generate`` one batch at a time (the batches ``generate`` would form itself), so the bar can move."""
+def decode_all(pair, prompts, method, args, bar, sampling=None) -> tuple[list[list[int]], Stats]:
+    """``generate`` one batch at a time (the batches ``generate`` would form itself), so the bar can move.
+
+    ``sampling``: ``generate``'s sampling keywords with ``seed`` one per prompt,
+    so that every prompt keeps its own key whichever batch it lands in."""
     common = dict(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                   eos_token_id=pair.eos_token_id, check_invariants=True)
     if method != "autoregressive":
@@ -62,7 +75,9 @@ def decode_all(pair, prompts, method, args, bar) -> tuple[list[list[int]], Stats
     sequences, stats = [], Stats(method)
     starts = range(0, len(prompts), args.batch_size)
     for first in progress(starts, len(starts), f"{method:<14}", bar):
-        result = generate(pair.target, pair.draft, prompts[first:first + args.batch_size], method=method, **common)
+        batch = slice(first, first + args.batch_size)
+        keys = {} if not sampling else {**sampling, "seed": sampling["seed"][batch]}
+        result = generate(pair.target, pair.draft, prompts[batch], method=method, **common, **keys)
         sequences += result.sequences
         merge(stats, result.stats)
     return sequences, stats
@@ -72,7 +87,7 @@ def row(method: str, stats: Stats, exact: str, base_seconds: float | None) -> di
     """One line of the table (and of ``--json``)."""
     seconds = round(stats.wall_seconds - stats.check_seconds, 3)
     return {"method": method, "exact": exact, "tok/call": round(stats.tokens_per_target_call, 2),
-            "accept": round(stats.acceptance_rate, 3) if method != "autoregressive" else "-",
+            "accept": round(stats.acceptance_rate, 3) if stats.draft_calls else "-",
             "target": stats.target_calls, "draft": stats.draft_calls,
             "time s": seconds, "check s": round(stats.check_seconds, 3),
             "speedup": "1.00x" if base_seconds is None else f"{base_seconds / max(seconds, 1e-9):.2f}x",
@@ -82,24 +97,67 @@ def row(method: str, stats: Stats, exact: str, base_seconds: float | None) -> di
 def table(rows: list[dict]) -> str:
     """The main columns right-aligned, then the phase split of ``time s``."""
     keys = ["method", "exact", "tok/call", "accept", "target", "draft", "time s", "check s", "speedup"]
+    if "tok/call (α)" in rows[0]:
+        keys.insert(3, "tok/call (α)")
+        rows = [{**r, "tok/call (α)": "-" if r["tok/call (α)"] is None else r["tok/call (α)"]} for r in rows]
     widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
     lines = ["  ".join(k.rjust(w) for k, w in zip(keys, widths))]
     lines += ["  ".join(str(r[k]).rjust(w) for k, w in zip(keys, widths)) for r in rows]
     lines.append(COLUMNS)
+    if "tok/call (α)" in keys:
+        lines.append("tok/call (α): what the recorded α = Σ min(p, q) predict; AR: autoregressive; "
+                     "exact: vs the reference")
     for r in rows:
         lines.append(f"  {r['method']} time s by phase: " + ", ".join(f"{p} {r[f'{p} s']}" for p in PHASES))
     return "\n".join(lines)
 
 
+def sampled_rows(pair, prompts, args) -> tuple[list[dict], bool, list[list[int]]]:
+    """``--sample``: (rows, all exact, EQSPEC's outputs), each sampled run
+    scored against its per-position reference (Spec §5.5.1)."""
+    sampling = sampled.options(args)
+    sampling["seed"] = [args.sample_seed + i for i in range(len(prompts))]
+    try:  # a bad --temperature / --top-k / --top-p, before any model runs
+        validate_sampling("eqspec", METHODS, prompts=prompts, **sampling)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    bar = not args.json
+    base, base_stats = decode_all(pair, prompts, "autoregressive", args, bar, sampling)
+    spec, spec_stats = decode_all(pair, prompts, "eqspec", args, bar, sampling)
+    _, greedy_stats = decode_all(pair, prompts, "eqspec", args, bar)
+    exact = True
+    scores = []
+    for outputs, draft in ((base, None), (spec, pair.draft)):
+        ref = sampled.references(pair.target, draft, prompts, args.max_new_tokens, sampling, METHODS,
+                                 pair.eos_token_id)
+        hits = sum(a == b for a, b in zip(outputs, ref))
+        exact &= hits == len(ref)
+        scores.append(f"{hits}/{len(ref)}")
+    base_row = row("AR sampled", base_stats, scores[0], None)
+    rows = [base_row, row("eqspec sampled", spec_stats, scores[1], base_row["time s"]),
+            row("eqspec greedy", greedy_stats, "-", base_row["time s"])]
+    for r, stats in zip(rows, (base_stats, spec_stats, greedy_stats)):
+        expected = stats.expected_tokens_per_target_call
+        r["tok/call (α)"] = None if expected is None else round(expected, 2)
+    return rows, exact, spec
+
+
 def run(args) -> int:
     pair = load_pair(args)
     prompts = pair.prompts(args.prompts, args.seed)
+    if args.sample:
+        rows, exact, spec = sampled_rows(pair, prompts, args)
+        return show(args, pair, prompts, rows, spec, 0 if exact else 1)
     base, base_stats = decode_all(pair, prompts, "autoregressive", args, not args.json)
     spec, spec_stats = decode_all(pair, prompts, "eqspec", args, not args.json)
     exact = sum(a == b for a, b in zip(spec, base))
     base_row = row("autoregressive", base_stats, "(base)", None)
     rows = [base_row, row("eqspec", spec_stats, f"{exact}/{len(prompts)}", base_row["time s"])]
-    status = 0 if exact == len(prompts) else 1
+    return show(args, pair, prompts, rows, spec, 0 if exact == len(prompts) else 1)
+
+
+def show(args, pair, prompts, rows, spec, status: int) -> int:
+    """Print the table (or ``--json``) and a few continuations; return ``status``."""
     if args.json:
         print(json.dumps({"pair": pair.name, "rows": rows}, indent=2))
         return status
@@ -107,6 +165,9 @@ def run(args) -> int:
     print(f"pair {pair.name}: {pair.description}")
     print(f"{len(prompts)} prompts, batch {args.batch_size}, k = {args.k}, {args.max_new_tokens} new tokens, "
           f"{dtype} on {args.device}; every invariant checked after every step")
+    if args.sample:
+        print(f"sampling: temperature {args.temperature}, top-k {args.top_k}, top-p {args.top_p}, keys from "
+              f"seed {args.sample_seed}; exact = identical to each prompt's per-position reference")
     print(table(rows))
     if pair.decode is not None:
         print()
