@@ -1,4 +1,4 @@
-"""The bounded exhaustive check's machinery (Spec §5.5); not collected by pytest.
+"""The bounded exhaustive check's machinery (Spec §5.6); not collected by pytest.
 
 :class:`AbstractWalk` enumerates every acceptance pattern of one tree on the
 spec's abstract model and checks every state; :class:`Replay` runs the tensor
@@ -129,7 +129,7 @@ def copy_outputs(outputs: dict) -> dict:
 
 
 class AbstractWalk:
-    """Depth-first walk over every acceptance pattern of one tree (Spec §5.5).
+    """Depth-first walk over every acceptance pattern of one tree (Spec §5.6).
 
     Every ``every``-th leaf (counted by ``counter``, shared across trees) is
     kept in ``sampled`` for the tensor replay; ``every = 0`` keeps none."""

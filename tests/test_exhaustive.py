@@ -1,8 +1,8 @@
-"""Bounded exhaustive check: every acceptance pattern, every EOS placement (Spec §5.5).
+"""Bounded exhaustive check: every acceptance pattern, every EOS placement (Spec §5.6).
 
 The enumeration runs on the spec's abstract model, with the real tiny models
 seen as its functions (one memoised forward per record): a scripted draft
-(Spec §5.5) forces every pattern ``(m_1, .., m_B)`` of every round; after
+(Spec §5.6) forces every pattern ``(m_1, .., m_B)`` of every round; after
 every step I1–I5 and tightness must hold, after every round the forced
 ``m_i``, §5.1, §5.3 and §5.4, and at every leaf each output must be the
 target's batch-1 greedy output cut at EOS and budget. The tensor code
@@ -16,7 +16,7 @@ Default (CI), ``test_default``: batch 1..3, ``k`` 1..3, two rounds, every EOS
 placement for batch <= 2; every 29th leaf replayed on tensors. ``-m slow``,
 ``test_full``: batch 1..3, ``k`` 1..3, three rounds (the cell batch 3 / ``k``
 3 alone has 4^9 = 262,144 patterns), every EOS placement for batch <= 2;
-every 97th leaf replayed. Counts, times and the command: Spec §5.5.
+every 97th leaf replayed. Counts, times and the command: Spec §5.6.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-from _exhaustive import AbstractWalk, Cell, Failure, Pair, Replay, Tree, grid, sweep, trees_of  # noqa: E402
+from _exhaustive import AbstractWalk, Cell, Failure, Pair, Replay, Tally, Tree, grid, sweep, trees_of  # noqa: E402
 from _spec_helpers import PROMPTS, as_function, cut, greedy_continuation, one_thread, spec_namespace  # noqa: E402
 from batchspec.faults import CATALOGUE  # noqa: E402
 from batchspec.models import tiny  # noqa: E402
@@ -97,6 +97,11 @@ def report(name, spec, pair, cells, every) -> None:
     total, each = run(spec, pair, trees, every)
     print(f"\nexhaustive {name}: {total}; {time.perf_counter() - start:.1f}s wall, "
           f"{time.process_time() - cpu:.1f}s CPU", flush=True)
+    for cell in cells:
+        part = Tally()
+        for tree in cell.trees(pair.continuations):
+            part.add(each[tree])
+        print(f"  {cell}: {part}")
     assert_complete(trees, total, each, every)
     return total, each
 

@@ -1,4 +1,4 @@
-"""A scripted draft: forces any acceptance pattern on a real target (Spec §5.2).
+"""A scripted draft: forces any acceptance pattern on a real target (Spec §5.6).
 
 The bounded exhaustive check needs drafts whose acceptance it chooses. A
 :class:`ScriptedDraft` wraps a real draft model: every forward call runs that
@@ -8,7 +8,8 @@ script of a request is the target's own greedy continuation of its prompt,
 except at chosen generated indices (the *deviations*), where the draft
 proposes a different token. With greedy acceptance (Spec §4.3.1) a row whose
 first deviation in a round lies ``m`` drafts into the round accepts exactly
-``m`` drafts.
+``m`` drafts. The spec's ``scripted_draft`` (Spec §5.6) is the same draft in
+the abstract model; the exhaustive check runs both in lockstep.
 
 The wrapper has to know which request each batch row serves, since rows leave
 and move between rounds. The driver says so with :meth:`ScriptedDraft.follow`
