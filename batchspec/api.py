@@ -15,8 +15,9 @@ from .oracle import hf_oracle
 from .driver import drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
+from .reference.sampling import Sampler, Warping
 from .stats import Stats
-from .validate import validate
+from .validate import validate, validate_sampling
 
 
 @dataclass
@@ -31,7 +32,8 @@ class GenerationResult:
 
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
              batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
-             sort_by_length=True) -> GenerationResult:
+             sort_by_length=True, do_sample=False, temperature=1.0, top_k=None, top_p=None,
+             seed=0) -> GenerationResult:
     """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4).
 
     Greedy output equals, token for token, the target's own batch-1 greedy
@@ -41,16 +43,27 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     key/value with a fresh forward); ``"record"`` (collect every violation in
     ``result.violations`` and run to the end). ``window_size`` and
     ``sort_by_length`` apply to ``method="exspec"``.
+
+    ``do_sample=True`` (eqspec, exspec, autoregressive) samples from the
+    target warped by ``temperature``, ``top_k`` and ``top_p`` (transformers'
+    warpers, applied to both models) with speculative sampling (Spec §4.3.2):
+    each request's output is a deterministic function of its prompt and its
+    key (``seed`` an int, or one per prompt), the same at every batch size,
+    ``k``, method and window, and distributed as the warped target's
+    sampling (Spec §5.5).
     """
+    sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
-                   batch_size, eos_token_id, check_invariants)
+                   batch_size, eos_token_id, check_invariants, sampling)
+    keys = validate_sampling(method, METHODS, prompts=prompts, **sampling)
     spec = METHODS[method]
     models = Models(target, draft if spec.needs_draft else None)
     config = DecodeConfig(
         k=num_draft_tokens, max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
-        sort_by_length=sort_by_length)
+        sort_by_length=sort_by_length,
+        sampler=None if keys is None else Sampler(Warping(float(temperature), top_k, top_p), dict(enumerate(keys))))
     oracle = hf_oracle({"target": target, "draft": draft}) if check_invariants == "semantic" else None
     stats, found, outputs = Stats(method), [], {}
     start = time.perf_counter()

@@ -7,7 +7,7 @@ broken alternatives (paper notes §5) and EXSPEC (Spec §8) register here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -16,6 +16,7 @@ from .driver import clocked
 from .reference import Models, decode
 from .reference import exspec
 from .reference.baselines import BASELINES
+from .reference.eqspec import STEPS
 from .reference.exspec_policy import laggards_first
 from .reference.exspec_pool import Pool
 from .validate import window
@@ -31,6 +32,7 @@ class DecodeConfig:
     batch_size: int
     window_size: int | None = None  # EXSPEC
     sort_by_length: bool = True  # EXSPEC
+    sampler: object = None  # reference.sampling.Sampler; None: greedy (Spec §4.3.2)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Method:
 
     decoders: Callable
     needs_draft: bool
+    can_sample: bool = False  # honours do_sample=True (Spec §4.3.2)
 
 
 def static_batches(run):
@@ -55,17 +58,19 @@ def static_batches(run):
 
 
 def _eqspec(models, prompts, requests, config):
-    return decode(models, prompts, requests, config.k, config.max_new_tokens, config.eos)
+    return decode(models, prompts, requests, config.k, config.max_new_tokens, config.eos,
+                  replace(STEPS, sampler=config.sampler))
 
 
 def _autoregressive(models, prompts, requests, config):
-    return decode(Models(models.target), prompts, requests, 0, config.max_new_tokens, config.eos)
+    return decode(Models(models.target), prompts, requests, 0, config.max_new_tokens, config.eos,
+                  replace(STEPS, sampler=config.sampler))
 
 
 #: Registry of methods; later modules add theirs with :func:`register_method`.
 METHODS: dict[str, Method] = {
-    "eqspec": Method(static_batches(_eqspec), True),
-    "autoregressive": Method(static_batches(_autoregressive), False),
+    "eqspec": Method(static_batches(_eqspec), True, can_sample=True),
+    "autoregressive": Method(static_batches(_autoregressive), False, can_sample=True),
 }
 
 
@@ -106,8 +111,9 @@ def _exspec(models, prompts, config):
         order = sorted(order, key=lambda r: len(prompts[r]))
     for request in order:
         pool.submit(request, list(prompts[request]))
-    yield clocked(exspec.decode(models, pool, laggards_first, config.k, config.max_new_tokens, config.eos),
+    steps = replace(exspec.EXSPEC_STEPS, sampler=config.sampler)
+    yield clocked(exspec.decode(models, pool, laggards_first, config.k, config.max_new_tokens, config.eos, steps),
                   models.target.device)
 
 
-register_method("exspec", Method(_exspec, needs_draft=True))
+register_method("exspec", Method(_exspec, needs_draft=True, can_sample=True))

@@ -52,6 +52,52 @@ class Stats:
         return committed / self.row_rounds if self.row_rounds else 0.0
 
     @property
+    def per_position_acceptance(self) -> list[float]:
+        """For each draft slot ``j``, the fraction of rows that reached it (every
+        earlier draft accepted) whose draft ``j`` was accepted (vLLM's metric)."""
+        reached: dict[int, int] = {}
+        kept: dict[int, int] = {}
+        for r in self.per_round:
+            for m in r.accepted:
+                for j in range(min(m + 1, r.drafted)):
+                    reached[j] = reached.get(j, 0) + 1
+                    kept[j] = kept.get(j, 0) + (m > j)
+        return [kept[j] / reached[j] for j in sorted(reached)]
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Mean ``m_i``, drafts accepted per row per round (0 when nothing was drafted)."""
+        drafted = [m for r in self.per_round if r.drafted for m in r.accepted]
+        return sum(drafted) / len(drafted) if drafted else 0.0
+
+    @property
+    def expected_tokens_per_target_call(self) -> float | None:
+        """Tokens per row per target call that the recorded ``α = Σ min(p, q)``
+        predict (Spec §5.4): ``Σ_{j=0}^{k'} Π_{i<j} α_i`` per row and round,
+        averaged; before EOS and budget cuts. None for greedy runs."""
+        alphas = [row for r in self.per_round if getattr(r, "alpha", None) for row in r.alpha]
+        if not alphas:
+            return None
+        total = 0.0
+        for row in alphas:
+            reach = 1.0
+            for a in row:
+                total += reach
+                reach *= a
+            total += reach
+        return total / len(alphas)
+
+    @property
+    def mean_alpha(self) -> list[float]:
+        """Mean ``α`` at each draft slot over rows and rounds (sampling only)."""
+        sums: dict[int, list[float]] = {}
+        for r in self.per_round:
+            for row in getattr(r, "alpha", None) or []:
+                for j, a in enumerate(row):
+                    sums.setdefault(j, []).append(a)
+        return [sum(v) / len(v) for _, v in sorted(sums.items())]
+
+    @property
     def wasted_tokens(self) -> int:
         """Verified tokens a method threw away (rollback's cost; 0 for the others)."""
         return sum(sum(r.wasted) for r in self.per_round if getattr(r, "wasted", None))
@@ -123,6 +169,10 @@ class Stats:
             "draft_calls": self.draft_calls, "realignments": self.realignments,
             "generated_tokens": self.generated_tokens, "acceptance_rate": self.acceptance_rate,
             "tokens_per_target_call": self.tokens_per_target_call, "wasted_tokens": self.wasted_tokens,
+            "per_position_acceptance": self.per_position_acceptance,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "expected_tokens_per_target_call": self.expected_tokens_per_target_call,
+            "mean_alpha": self.mean_alpha,
             "phase_seconds": dict(self.phase_seconds), "check_seconds": self.check_seconds,
             "wall_seconds": self.wall_seconds, "group_rate": self.group_rate,
             "fallbacks": self.fallbacks, "realignment_seconds": self.realignment_seconds,

@@ -34,8 +34,12 @@ def eos_ids(eos_token_id, vocab: int) -> list[int]:
 
 
 def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_tokens,
-             batch_size, eos_token_id, check_invariants) -> list[int]:
-    """Raise ``ValueError`` naming the argument and the problem; return EOS ids."""
+             batch_size, eos_token_id, check_invariants, sampling: dict | None = None) -> list[int]:
+    """Raise ``ValueError`` naming the argument and the problem; return EOS ids.
+
+    ``sampling``: ``generate``'s sampling arguments, checked by
+    :func:`validate_sampling` (which also returns the uniforms' keys).
+    """
     if method not in methods:
         raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
     _int("num_draft_tokens", num_draft_tokens, 1)
@@ -44,6 +48,9 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
         _int("batch_size", batch_size, 1)
     if check_invariants not in CHECK_MODES:
         raise ValueError(f"check_invariants must be one of {CHECK_MODES}, got {check_invariants!r}")
+    if sampling is not None:
+        validate_sampling(method, methods, prompts=prompts if isinstance(prompts, (list, tuple)) else [],
+                          **sampling)
     from .reference.cache import check_supported
 
     check_supported(target, "target")
@@ -82,3 +89,40 @@ def window(window_size: int | None, batch_size: int, default: int) -> int:
     if window_size < batch_size:
         raise ValueError(f"window_size must be >= batch_size ({batch_size}), got {window_size}")
     return window_size
+
+
+def validate_sampling(method: str, methods, do_sample, temperature, top_k, top_p, seed,
+                      prompts) -> list[tuple] | None:
+    """Check the sampling arguments (Spec §4.3.2); return each request's key
+    for the uniforms, or None for greedy decoding.
+
+    ``seed`` an int gives request ``r`` the key ``(seed, r)``; a list gives
+    it ``(seed[r], 0)``, so that a prompt decoded alone with ``seed=s`` and
+    inside a batch with ``seed=[.., s, ..]`` draws the same numbers.
+    """
+    if not isinstance(do_sample, bool):
+        raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
+    if not do_sample:
+        return None
+    if not methods[method].can_sample:
+        able = sorted(name for name, m in methods.items() if m.can_sample)
+        raise ValueError(f"do_sample: method {method!r} cannot sample; use one of {able}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
+            or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number > 0 with do_sample=True, got {temperature!r}")
+    if top_k is not None:
+        _int("top_k", top_k, 1)
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    count = len(prompts)
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != count:
+            raise ValueError(f"seed: {len(seed)} seeds for {count} prompts; give an int or one per prompt")
+        for i, s in enumerate(seed):
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise ValueError(f"seed[{i}] must be an int, got {type(s).__name__} {s!r}")
+        return [(s, 0) for s in seed]
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int or a list of ints (one per prompt), got {type(seed).__name__} {seed!r}")
+    return [(seed, r) for r in range(count)]

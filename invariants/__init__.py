@@ -7,11 +7,11 @@ decoder and call :func:`check` (raise at the first violation) or
 """
 
 from .checker import check, violations
-from .observation import BOUNDARY_STEPS, CacheView, ForwardCall, KVOracle, Observation
+from .observation import BOUNDARY_STEPS, CacheView, ForwardCall, KVOracle, Observation, SampledRound
 from .registry import INVARIANTS
 from .violation import InvariantViolation, Violation
 
 __all__ = [
     "BOUNDARY_STEPS", "CacheView", "ForwardCall", "INVARIANTS", "InvariantViolation",
-    "KVOracle", "Observation", "Violation", "check", "violations",
+    "KVOracle", "Observation", "SampledRound", "Violation", "check", "violations",
 ]

@@ -61,6 +61,17 @@ KVOracle = Callable[[str, list[int]], list[tuple[torch.Tensor, torch.Tensor]]]
 
 
 @dataclass
+class SampledRound:
+    """What a sampled verify step decided from, for I6 (Spec §3.6)."""
+
+    draft_logits: list  # k'+1 tensors [B, V] the draft calls returned, the last at the bonus slot ([] without a draft)
+    positions: list[int]  # per row, the absolute position t of slot 0 (c_i)
+    #: ``rule(request, t, target_logits [V], draft_logits [V] | None, draft | None) -> (y_t, x_t)``:
+    #: the decoder's per-position rule with its keyed uniforms (batchspec's: ``Sampler.rule``).
+    rule: Callable
+
+
+@dataclass
 class Observation:
     """The state of a batch after one step, plus the calls made during it."""
 
@@ -75,6 +86,7 @@ class Observation:
     requests: list[int] | None = None  # request id of each row, for messages
     draft_tokens: torch.Tensor | None = None  # [B, k'] drafts of the current round, if any
     committed: list[list[int]] | None = None  # tokens this step commits to each row (verify), for I5
+    sampled: SampledRound | None = None  # verify step of a sampled round, for I6 (I5 then skips)
 
     @property
     def width(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .alignment import rectangular_alignment
 from .cache import cache_correspondence
 from .positions import position_continuity
+from .sampled_verification import sampled_verification
 from .sync import draft_target_sync
 from .verification import greedy_verification
 
@@ -19,4 +20,5 @@ INVARIANTS = (
     ("I3", cache_correspondence),
     ("I4", draft_target_sync),
     ("I5", greedy_verification),
+    ("I6", sampled_verification),
 )

@@ -27,11 +27,11 @@ def greedy_verification(obs: Observation) -> list[Violation]:
       that chose token ``j`` were computed on the committed prefix, not on a
       rejected draft.
 
-    Applies to greedy decoding; the sampling counterpart (Spec §4.3.2) is a
-    statement about distributions, not about one run. Observations without
-    ``committed`` are not checked.
+    Applies to greedy decoding; a sampled round (``obs.sampled`` set) is
+    checked by I6 instead (Spec §3.6). Observations without ``committed`` are
+    not checked.
     """
-    if obs.committed is None:
+    if obs.committed is None or obs.sampled is not None:
         return []
     report = reporter(obs, "I5", "greedy_verification")
     verify = [c for c in obs.calls if c.model == "target"]

@@ -1,7 +1,9 @@
 """The one place where acceptance is decided (Spec §4.3).
 
-Greedy verification now; speculative sampling plugs in here (Spec §4.3.2)
-with the draft distributions the draft step keeps per drafted token.
+Greedy verification (Spec §4.3.1) and speculative sampling (Spec §4.3.2),
+which decides every slot by the per-position rule of
+:mod:`.sampling` from the draft distributions the draft step keeps per
+drafted token.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .sampling import decide
+
 
 @dataclass
 class Verdict:
@@ -17,6 +21,7 @@ class Verdict:
 
     accepted_drafts: torch.Tensor  # [B] m_i, leading drafts the target agrees with
     proposal: torch.Tensor  # [B, k'+1]: drafts[:m_i], then the bonus token at m_i
+    alpha: torch.Tensor | None = None  # [B, k'] Σ min(p, q) per drafted slot (sampling only)
 
 
 def greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
@@ -33,11 +38,44 @@ def greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
     k = drafts.shape[1]
     agree = (drafts == choice[:, :k]).long()  # [B, k']
     accepted = agree.cumprod(1).sum(1)  # [B]
+    return Verdict(accepted, _propose(drafts, choice, accepted))
+
+
+def _propose(drafts: torch.Tensor, decided: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
+    """``drafts[:m_i]`` then ``decided[m_i]`` per row, ``[B, k'+1]`` (slots after it unused)."""
+    k = drafts.shape[1]
     slot = torch.arange(k + 1, device=drafts.device)[None, :]  # [1, k'+1]
-    padded = torch.cat([drafts, choice[:, k:]], dim=1)  # [B, k'+1]
-    bonus = choice.gather(1, accepted[:, None])  # [B, 1]
-    proposal = torch.where(slot < accepted[:, None], padded, bonus)
-    return Verdict(accepted, proposal)
+    padded = torch.cat([drafts, decided[:, k:]], dim=1)  # [B, k'+1]
+    bonus = decided.gather(1, accepted[:, None])  # [B, 1]
+    return torch.where(slot < accepted[:, None], padded, bonus)
+
+
+def sampled(rnd, target_logits: torch.Tensor) -> Verdict:
+    """Speculative sampling (Spec §4.3.2): every slot ``j`` of row ``i``, the
+    bonus slot ``k'`` included, is decided by the per-position rule at
+    position ``t = c_i + j`` from the target's ``p`` at input ``j`` and the
+    draft's ``q`` at that slot (``rnd.draft_logits[k']`` comes from the
+    catch-up call the sampled round makes before verifying). ``m_i`` is the
+    number of leading slots whose draft was accepted.
+    """
+    sampler, k = rnd.sampler, rnd.drafts.shape[1]
+    decided, alpha, agree = [], [], []
+    for j in range(k + 1):
+        positions = (rnd.start + j).tolist()
+        p = sampler.p(target_logits[:, j])  # [B, V]
+        q = sampler.q(rnd.draft_logits[j]) if rnd.draft_logits else None
+        y = None
+        if q is not None:
+            y = rnd.drafts[:, j] if j < k else sampler.propose(q, sampler.u(rnd.requests, positions, "draft", q))
+        ok, token = decide(sampler, p, q, y, rnd.requests, positions)
+        decided.append(token)
+        if j < k:
+            agree.append(ok.long())
+            alpha.append(torch.minimum(p, q).sum(-1))
+    decided = torch.stack(decided, dim=1)  # [B, k'+1]
+    accepted = torch.stack(agree, 1).cumprod(1).sum(1) if k else decided.new_zeros(decided.shape[0])
+    alpha = torch.stack(alpha, 1) if k else None
+    return Verdict(accepted, _propose(rnd.drafts, decided, accepted), alpha)
 
 
 def commit_counts(verdict: Verdict, budget: torch.Tensor, eos: torch.Tensor | None):

@@ -27,10 +27,12 @@ class Steps:
     draft_one: object = transitions.draft_one
     verify: object = transitions.verify
     accept: object = acceptance.greedy
+    accept_sampled: object = acceptance.sampled
     commit_counts: object = acceptance.commit_counts
     catch_up: object = transitions.catch_up
     repad: object = layout.repad
     unpad_append_repad: object = transitions.unpad_append_repad
+    sampler: object = None  # sampling.Sampler for speculative sampling; None: greedy (Spec §4.3.2)
 
 
 STEPS = Steps()
@@ -48,6 +50,7 @@ class RoundRecord:
     width: int  # L' after the round
     moved: bool  # a realignment gather ran (some δ_i != 0 or a row left)
     wasted: list[int] | None = None  # verified tokens thrown away per row (rollback baseline)
+    alpha: list[list[float]] | None = None  # per row, Σ min(p, q) at each drafted slot (sampling)
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Event:
     drafts: torch.Tensor | None = None  # [B, k'] of the current round
     record: RoundRecord | None = None
     committed: list[list[int]] | None = None  # verify step: the a_i tokens each row commits (I5)
+    sampled: object | None = None  # verify step under sampling: what I6 re-decides from
     observe: object | None = None  # () -> Observation, for a decoder with its own layout (baselines)
 
 
@@ -101,24 +105,34 @@ def speculate(models, state: BatchState, k, max_new_tokens, eos,
     and decide, catch the draft cache up. Returns what was decided."""
     budget = max_new_tokens - state.generated  # [B] remaining per row
     # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2).
-    rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)))
+    rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)),
+                sampler=steps.sampler, requests=list(state.requests), start=state.length.clone())
     for _ in range(rnd.k):
         calls: list = []
         steps.draft_one(models, state, rnd, calls)
         yield Event("draft", "draft", state, calls, rnd.drafts)
+    if rnd.sampler is not None and rnd.k:  # q at the bonus slot: the catch-up, run first (Spec §4.3.2)
+        calls = []
+        rnd.draft_logits.append(steps.catch_up(models, state, rnd, calls)[:, -1])
+        yield Event("draft", "draft", state, calls, rnd.drafts)
     # 2. Verify [newest] + drafts in one target pass; decide acceptance (Spec §4.3).
     calls = []
     logits = steps.verify(models, state, rnd, calls)  # [B, k'+1, V]
-    verdict = steps.accept(rnd.drafts, logits)
+    verdict = steps.accept(rnd.drafts, logits) if rnd.sampler is None else steps.accept_sampled(rnd, logits)
     a, eos_hit, finished = steps.commit_counts(verdict, budget, eos)  # [B] each
     committed = [verdict.proposal[i, : int(a[i])].tolist() for i in range(state.batch)]
-    yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed)
+    yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed, sampled=rnd.record())
     # 3. A staying row that accepted all k' drafts needs the last draft's KV (Spec §4.2.1).
-    if rnd.k and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
+    if rnd.k and rnd.sampler is None and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
         calls = []
         steps.catch_up(models, state, rnd, calls)
         yield Event("draft", "draft", state, calls, rnd.drafts)
     return Speculation(rnd, verdict, a, eos_hit, finished, committed)
+
+
+def alphas(verdict) -> list[list[float]] | None:
+    """Per row, ``α = Σ min(p, q)`` at each drafted slot (sampling), for statistics."""
+    return None if getattr(verdict, "alpha", None) is None else verdict.alpha.tolist()
 
 
 def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
@@ -136,7 +150,8 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
     plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished, state.width)
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
-                         spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0)
+                         spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0,
+                         alpha=alphas(spec.verdict))
     if plan.rows.numel() == 0:  # every row finished: nothing left to align
         state.tokens = state.tokens[:0]
         yield Event("align", "finish", state, [], None, record)

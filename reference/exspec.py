@@ -23,7 +23,7 @@ from typing import Generator
 import torch
 
 from . import exspec_pool
-from .eqspec import Event, RoundRecord, Steps, speculate
+from .eqspec import Event, RoundRecord, Steps, alphas, speculate
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import RowOutput
@@ -106,7 +106,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     record = ExspecRecord(round=pool.round, requests=list(state.requests), drafted=spec.rnd.k,
                           accepted=verdict.accepted_drafts.tolist(), committed=a.tolist(),
                           width=state.width, moved=realigned, grouped=not realigned,
-                          padding=int(state.pad.sum()), waiting=waiting)
+                          padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict))
     state.tokens = state.tokens[:0]  # the formed batch dissolves
     yield Event("other", "finish", state, [], None, record)
     return done

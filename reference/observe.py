@@ -28,4 +28,5 @@ def observation(event: Event) -> Observation:
         requests=list(state.requests),
         draft_tokens=event.drafts,
         committed=event.committed,
+        sampled=event.sampled,
     )

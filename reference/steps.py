@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..invariants.observation import ForwardCall
+from ..invariants.observation import ForwardCall, SampledRound
 from . import cache as kv
 from .acceptance import Verdict
 from .state import BatchState, Repad, attention_mask, content_index, left_pad
@@ -31,7 +31,25 @@ class Round:
 
     k: int  # k'
     drafts: torch.Tensor  # [B, k'] proposed tokens
-    draft_logits: list = field(default_factory=list)  # k' tensors [B, V], kept for sampling
+    draft_logits: list = field(default_factory=list)  # k' tensors [B, V] (k'+1 when sampling)
+    sampler: object | None = None  # sampling.Sampler; None: greedy (Spec §4.3.2)
+    requests: list[int] = field(default_factory=list)  # request of each row, keys the uniforms
+    start: torch.Tensor | None = None  # [B] c_i, the absolute position of slot 0
+
+    def propose(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft ``j = len(drafts)`` from the draft's logits ``[B, V]``: the argmax,
+        or under sampling ``y_t ~ q_t`` keyed at ``t = c_i + j`` (Spec §4.3.2)."""
+        if self.sampler is None:
+            return logits.argmax(-1)
+        positions = (self.start + self.drafts.shape[1]).tolist()
+        q = self.sampler.q(logits)
+        return self.sampler.propose(q, self.sampler.u(self.requests, positions, "draft", q))
+
+    def record(self) -> SampledRound | None:
+        """What invariant I6 re-decides the committed tokens from (None when greedy)."""
+        if self.sampler is None:
+            return None
+        return SampledRound(list(self.draft_logits), self.start.tolist(), self.sampler.rule)
 
 
 def forward(model, name: str, cache, calls: list, input_ids, mask, positions, keep: int = 0):
@@ -69,7 +87,7 @@ def draft_one(models: Models, state: BatchState, rnd: Round, calls: list) -> Non
     positions = content_index(state.pad, width - 1 + j, width + j)  # [B, 1]
     logits = forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
     rnd.draft_logits.append(logits[:, -1])
-    rnd.drafts = torch.cat([rnd.drafts, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    rnd.drafts = torch.cat([rnd.drafts, rnd.propose(logits[:, -1])[:, None]], dim=1)
 
 
 def verify(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
@@ -81,17 +99,20 @@ def verify(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.
     return forward(models.target, "target", state.target_cache, calls, fed, mask, positions)
 
 
-def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> None:
-    """Give the draft cache the key/value of the last draft (Spec §4.2.1).
+def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
+    """Give the draft cache the key/value of the last draft (Spec §4.2.1);
+    return the draft's logits after it ``[B, 1, V]``.
 
-    Needed only when a staying row accepted all ``k'`` drafts: the draft was
-    never fed its own last proposal, and the row's next round needs it.
+    Greedy needs it only when a staying row accepted all ``k'`` drafts: the
+    draft was never fed its own last proposal, and the row's next round needs
+    it. Sampling runs it in every round, before verifying: its logits are the
+    ``q`` of the bonus slot (Spec §4.3.2).
     """
     width = state.width
     fed = rnd.drafts[:, -1:]  # [B, 1]
     mask = attention_mask(state.pad, width + rnd.k)  # [B, L + k']
     positions = content_index(state.pad, width - 1 + rnd.k, width + rnd.k)  # [B, 1]
-    forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
+    return forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
 
 
 def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None:

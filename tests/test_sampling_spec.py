@@ -1,0 +1,66 @@
+"""The spec's sampling blocks (Spec §4.3.2, §5.5): the theorem exactly, in
+fractions, on every pair of small distributions, and the tensor code refines
+the abstract rule on random cases."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import types
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
+from _spec_helpers import spec_namespace  # noqa: E402
+
+from batchspec.reference import sampling  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return spec_namespace()
+
+
+def _distributions(vocab: int, parts: int):
+    """Every distribution over ``vocab`` tokens in multiples of ``1/parts``."""
+    for cut in itertools.product(range(parts + 1), repeat=vocab - 1):
+        if sum(cut) <= parts:
+            yield [Fraction(c, parts) for c in cut] + [Fraction(parts - sum(cut), parts)]
+
+
+def test_5_5_every_pair_of_small_distributions(spec):
+    pairs = list(itertools.product(_distributions(3, 4), repeat=2))
+    assert len(pairs) == 225  # zeros in either, disjoint supports, p = q among them
+    assert all(spec["samples_target"](p, q) for p, q in pairs)
+
+
+def test_5_5_fails_for_a_wrong_residual(spec):
+    """The statement can fail: with the residual replaced by p, most pairs break it."""
+    namespace = dict(spec, residual=lambda p, q: list(p))
+    for name in ("rule_distribution", "samples_target"):  # the spec's functions, rebound to the wrong residual
+        namespace[name] = types.FunctionType(spec[name].__code__, namespace)
+    broken = [p for p, q in itertools.product(_distributions(3, 4), repeat=2)
+              if not namespace["samples_target"](p, q)]
+    assert len(broken) > 100
+
+
+def test_code_refines_the_spec_rule(spec):
+    """The tensor rule decides what the abstract rule decides, position by
+    position, with the same keyed uniforms (float64, random p and q with zeros)."""
+    rng = random.Random(0)
+    sampler = sampling.Sampler(keys={0: (4, 2)})
+    for case in range(300):
+        p = [rng.random() * (rng.random() > 0.3) for _ in range(5)]
+        q = [rng.random() * (rng.random() > 0.3) for _ in range(5)]
+        p[rng.randrange(5)] += 0.1
+        q[rng.randrange(5)] += 0.1
+        p, q = [x / sum(p) for x in p], [x / sum(q) for x in q]
+        pt, qt = torch.tensor([p], dtype=torch.float64), torch.tensor([q], dtype=torch.float64)
+        y = sampler.propose(qt, sampler.u([0], [case], "draft", qt))
+        accepted, token = sampling.decide(sampler, pt, qt, y, [0], [case])
+        assert (bool(accepted), int(token)) == spec["sample_position"](p, q, (4, 2), case), case
+    assert spec["uniform"]((4, 2), 9, "accept") == sampling.uniform((4, 2), 9, "accept")
