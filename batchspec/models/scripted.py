@@ -47,13 +47,17 @@ class ScriptedDraft(torch.nn.Module):
     """A draft model with real KV cache and scripted proposals (see module doc).
 
     ``scripts`` maps a request id to its :class:`Script`; ``follow(requests)``
-    names the request of each batch row for the calls that follow.
+    names the request of each batch row for the calls that follow. A scripted
+    logit row is ``logit`` on the proposed token and 0 elsewhere: greedy
+    acceptance reads only its argmax; under sampling a large ``logit`` makes
+    the draft's distribution all but a point mass on the scripted token.
     """
 
-    def __init__(self, model, scripts: dict[int, Script]):
+    def __init__(self, model, scripts: dict[int, Script], logit: float = 1.0):
         super().__init__()
         self.model = model
         self.scripts = scripts
+        self.logit = logit
         self.requests: list[int] = []
         self.vocab = model.get_output_embeddings().out_features
 
@@ -92,6 +96,6 @@ class ScriptedDraft(torch.nn.Module):
                 token = script.proposal(n, self.vocab)
                 if token is not None:
                     scripted[b, t] = 0.0
-                    scripted[b, t, token] = 1.0
+                    scripted[b, t, token] = self.logit
         out.logits = scripted
         return out
