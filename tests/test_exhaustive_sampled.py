@@ -25,6 +25,7 @@ import copy
 import dataclasses
 import itertools
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -156,13 +157,15 @@ class SampledWalk:
 def sweep_sampled(pair, cells) -> None:
     trees = trees_of(cells, pair[2])
     patterns = states = 0
+    start, cpu = time.perf_counter(), time.process_time()
     for tree in trees:
         walk = SampledWalk(pair, tree).run()
         patterns, states = patterns + walk.patterns, states + walk.states
         c = tree.cell
         if tree.budget == c.horizon:  # no row leaves: (k+1)^(B*R) leaves
             assert walk.patterns == (c.k + 1) ** (c.batch * c.rounds), tree
-    print(f"\nexhaustive sampled: {len(trees)} trees, {patterns:,} patterns, {states:,} tensor states")
+    print(f"\nexhaustive sampled: {len(trees)} trees, {patterns:,} patterns, {states:,} tensor states; "
+          f"{time.perf_counter() - start:.1f}s wall, {time.process_time() - cpu:.1f}s CPU")
 
 
 def test_sampled_patterns_match_the_per_position_reference(pair):
