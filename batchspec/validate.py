@@ -96,12 +96,21 @@ def validate_sampling(method: str, methods, do_sample, temperature, top_k, top_p
     """Check the sampling arguments (Spec §4.3.2); return each request's key
     for the uniforms, or None for greedy decoding.
 
+    ``top_k``, ``top_p`` and ``seed`` are checked even when greedy (a wrong
+    value is a mistake either way); ``temperature`` only with ``do_sample``,
+    where ``temperature=0`` is the common way of asking for greedy.
     ``seed`` an int gives request ``r`` the key ``(seed, r)``; a list gives
     it ``(seed[r], 0)``, so that a prompt decoded alone with ``seed=s`` and
     inside a batch with ``seed=[.., s, ..]`` draws the same numbers.
     """
     if not isinstance(do_sample, bool):
         raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
+    if top_k is not None:
+        _int("top_k", top_k, 1)
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    keys = _keys(seed, len(prompts))
     if not do_sample:
         return None
     if not methods[method].can_sample:
@@ -110,12 +119,11 @@ def validate_sampling(method: str, methods, do_sample, temperature, top_k, top_p
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
             or temperature == float("inf"):
         raise ValueError(f"temperature must be a finite number > 0 with do_sample=True, got {temperature!r}")
-    if top_k is not None:
-        _int("top_k", top_k, 1)
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    count = len(prompts)
+    return keys
+
+
+def _keys(seed, count: int) -> list[tuple]:
+    """Each request's key from ``seed`` (see :func:`validate_sampling`)."""
     if isinstance(seed, (list, tuple)):
         if len(seed) != count:
             raise ValueError(f"seed: {len(seed)} seeds for {count} prompts; give an int or one per prompt")

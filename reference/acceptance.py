@@ -8,7 +8,7 @@ drafted token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,7 +21,9 @@ class Verdict:
 
     accepted_drafts: torch.Tensor  # [B] m_i, leading drafts the target agrees with
     proposal: torch.Tensor  # [B, k'+1]: drafts[:m_i], then the bonus token at m_i
-    alpha: torch.Tensor | None = None  # [B, k'] Σ min(p, q) per drafted slot (sampling only)
+    # [B, k'] Σ min(p, q) per drafted slot (sampling only); keyword-only, so that a
+    # subclass's positional fields (the rollback baseline's) keep their place
+    alpha: torch.Tensor | None = field(default=None, kw_only=True)
 
 
 def greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
@@ -75,7 +77,7 @@ def sampled(rnd, target_logits: torch.Tensor) -> Verdict:
     decided = torch.stack(decided, dim=1)  # [B, k'+1]
     accepted = torch.stack(agree, 1).cumprod(1).sum(1) if k else decided.new_zeros(decided.shape[0])
     alpha = torch.stack(alpha, 1) if k else None
-    return Verdict(accepted, _propose(rnd.drafts, decided, accepted), alpha)
+    return Verdict(accepted, _propose(rnd.drafts, decided, accepted), alpha=alpha)
 
 
 def commit_counts(verdict: Verdict, budget: torch.Tensor, eos: torch.Tensor | None):

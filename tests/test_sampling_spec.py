@@ -64,3 +64,32 @@ def test_code_refines_the_spec_rule(spec):
         accepted, token = sampling.decide(sampler, pt, qt, y, [0], [case])
         assert (bool(accepted), int(token)) == spec["sample_position"](p, q, (4, 2), case), case
     assert spec["uniform"]((4, 2), 9, "accept") == sampling.uniform((4, 2), 9, "accept")
+
+
+def test_sampled_acceptance_refines_the_spec(spec):
+    """``acceptance.sampled`` on tensors decides each row's ``m_i`` and proposal
+    as the spec's ``accept_sampled`` does on lists, bonus slot included, over
+    random rounds of 3 rows with ``k'`` 1 to 4 (float64)."""
+    from batchspec.reference import acceptance
+    from batchspec.reference.steps import Round
+
+    g = torch.Generator().manual_seed(1)
+    outcomes = set()
+    for case in range(60):
+        k = 1 + case % 4
+        sampler = sampling.Sampler(sampling.Warping(temperature=0.9), {r: (case, r) for r in range(3)})
+        start = torch.tensor([5, 9, 2]) + case
+        draft_logits = [torch.randn(3, 6, generator=g, dtype=torch.float64) for _ in range(k + 1)]
+        target_logits = torch.randn(3, k + 1, 6, generator=g, dtype=torch.float64) + 2 * torch.stack(draft_logits, 1)
+        rnd = Round(k, torch.zeros(3, 0, dtype=torch.long), [], sampler, [0, 1, 2], start)
+        for j in range(k):  # the drafts are the rule's proposals, as the draft step makes them
+            rnd.drafts = torch.cat([rnd.drafts, rnd.propose(draft_logits[j])[:, None]], dim=1)
+        rnd.draft_logits = draft_logits
+        verdict = acceptance.sampled(rnd, target_logits)
+        for i in range(3):
+            ps = [sampler.p(target_logits[i:i + 1, j])[0].tolist() for j in range(k + 1)]
+            qs = [sampler.q(draft_logits[j][i:i + 1])[0].tolist() for j in range(k + 1)]
+            m, proposal = spec["accept_sampled"](rnd.drafts[i].tolist(), ps, qs, (case, i), int(start[i]))
+            assert (int(verdict.accepted_drafts[i]), verdict.proposal[i, : m + 1].tolist()) == (m, proposal)
+            outcomes.add("bonus" if m == k else "residual")
+    assert outcomes == {"bonus", "residual"}

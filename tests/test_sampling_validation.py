@@ -1,5 +1,5 @@
 """Bad sampling arguments raise a ValueError naming the argument, before any
-model runs (Spec §4.3.2); good ones are accepted, and greedy ignores them."""
+model runs (Spec §4.3.2); good ones are accepted."""
 
 from __future__ import annotations
 
@@ -66,3 +66,14 @@ def test_top_k_one_is_greedy(pairs, greedy_reference):
     target, draft = pairs("llama", "perturbed")
     result = batchspec.generate(target, draft, [[3, 4, 5]], max_new_tokens=8, do_sample=True, top_k=1)
     assert result.sequences == [greedy_reference(target, [3, 4, 5], 8)]
+
+
+def test_greedy_accepts_temperature_zero_and_checks_the_rest(pairs, greedy_reference):
+    """``temperature=0`` is the usual way to ask for greedy; a wrong top-k,
+    top-p or seed is a mistake with or without do_sample."""
+    target, draft = pairs("llama", "perturbed")
+    result = batchspec.generate(target, draft, [[3, 4, 5]], max_new_tokens=6, temperature=0)
+    assert result.sequences == [greedy_reference(target, [3, 4, 5], 6)]
+    for bad, needle in (({"top_p": 7}, "top_p"), ({"top_k": 0}, "top_k"), ({"seed": "x"}, "seed")):
+        with pytest.raises(ValueError, match=needle):
+            batchspec.generate(target, draft, [[3, 4, 5]], max_new_tokens=6, **bad)

@@ -4,7 +4,9 @@ For every method and batch size: exact match and partial match against the
 target's own batch-1 greedy output (the definition of correctness, Spec §5.2),
 the first invariant violation (invariant, round) recorded on the way, tokens
 committed per target call, and verified tokens thrown away. ``--json`` prints
-the same rows for machines.
+the same rows for machines. With ``--sample`` the methods that can sample run
+under speculative sampling and are scored against each prompt's per-position
+reference (Spec §5.5.1) instead.
 
 Which pair is used is decided in one place, :data:`batchspec.cli.pairs.PAIRS`.
 """
@@ -19,6 +21,9 @@ import torch
 from .. import api
 from ..audit import audit
 from ..invariants import InvariantViolation
+from ..validate import validate_sampling
+from . import sampled
+from .errors import UsageError
 from .pairs import DEFAULT_PAIR, PAIRS
 
 
@@ -62,13 +67,21 @@ def first_semantic(target, draft, prompts, method, **options):
 
 
 def compare(target, draft, prompts, methods, batch_sizes, k: int = 3, max_new_tokens: int = 24,
-            semantic: bool = False) -> list[Row]:
-    """Run every method at every batch size and score it (see the module doc)."""
-    expected = references(target, prompts, max_new_tokens)
+            semantic: bool = False, sampling: dict | None = None) -> list[Row]:
+    """Run every method at every batch size and score it (see the module doc);
+    ``sampling``: ``generate``'s sampling keywords, for ``--sample``."""
+    sampling = sampling or {}
+    if sampling:
+        by_draft = {needs: sampled.references(target, draft if needs else None, prompts, max_new_tokens,
+                                              sampling, api.METHODS) for needs in (True, False)}
+    else:
+        expected = references(target, prompts, max_new_tokens)
     rows = []
     for method in methods:
+        if sampling:
+            expected = by_draft[api.METHODS[method].needs_draft]
         for batch in batch_sizes:
-            options = dict(num_draft_tokens=k, max_new_tokens=max_new_tokens, batch_size=batch)
+            options = dict(num_draft_tokens=k, max_new_tokens=max_new_tokens, batch_size=batch, **sampling)
             result = api.generate(target, draft, prompts, method=method, check_invariants="record", **options)
             first = (result.violations[0].invariant, result.violations[0].round) if result.violations else None
             if first is None and semantic:
@@ -111,7 +124,16 @@ def register(subparsers) -> None:
     p.add_argument("--semantic", action="store_true",
                    help="where the structural checks find nothing, look again with semantic I3")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    sampled.add_arguments(p)
     p.set_defaults(func=main)
+
+
+def _sampling_methods(methods: list[str], explicit: bool) -> list[str]:
+    """The methods ``--sample`` runs: all that can sample; naming one that cannot is a usage error."""
+    cannot = [m for m in methods if not api.METHODS[m].can_sample]
+    if explicit and cannot:
+        raise UsageError(f"--sample: method(s) {cannot} cannot sample")
+    return [m for m in methods if api.METHODS[m].can_sample]
 
 
 def main(args) -> int:
@@ -122,16 +144,26 @@ def main(args) -> int:
     unknown = [m for m in methods if m not in api.METHODS]
     if unknown:
         raise SystemExit(f"batchspec compare: unknown method(s) {unknown}; known: {sorted(api.METHODS)}")
+    sampling = sampled.options(args)
+    if sampling:
+        methods = _sampling_methods(methods, explicit=bool(args.methods))
+        try:
+            validate_sampling(methods[0], api.METHODS, prompts=[], **sampling)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     target, draft = choice.load(choice.dtype)
     prompts = choice.prompts(args.prompts, args.seed)
     rows = compare(target, draft, prompts, methods, _ints(args.batch_sizes), args.num_draft_tokens,
-                   args.max_new_tokens, args.semantic)
+                   args.max_new_tokens, args.semantic, sampling)
     settings = {"pair": args.pair, "prompts": args.prompts, "k": args.num_draft_tokens,
-                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "semantic": args.semantic}
+                "max_new_tokens": args.max_new_tokens, "seed": args.seed, "semantic": args.semantic,
+                "sampling": sampling or None}
     if args.json:
         print(json.dumps({"settings": settings, "rows": [asdict(r) for r in rows]}, indent=1))
     else:
+        reference = ("each prompt's per-position sampled reference" if sampling
+                     else "the target's batch-1 greedy output")
         print(f"pair {args.pair} ({choice.description}); {args.prompts} prompts, k={args.num_draft_tokens}, "
-              f"max_new_tokens={args.max_new_tokens}; reference: the target's batch-1 greedy output")
+              f"max_new_tokens={args.max_new_tokens}; reference: {reference}")
         print(table(rows))
     return 0
