@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from batchspec.reference import cache as kv
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
 
@@ -80,3 +82,98 @@ def spec_namespace() -> dict:
             code = compile("\n" * (line - 1) + source, str(path), "exec")
             exec(code, namespace)  # noqa: S102 - the spec is ours
     return namespace
+
+
+#: Relative error allowed between a cache slot and a fresh forward's (float64).
+TOLERANCE = 1e-9
+
+
+def as_function(model):
+    """The abstract model of a real one: record -> argmax after a fresh batch-1
+    forward of the record's tokens. Only canonical records (positions 0, 1, ..)
+    have a batch-1 meaning; EQSPEC never makes another."""
+    memo: dict = {}
+
+    @torch.no_grad()
+    def predict(record):
+        tokens = tuple(t for t, _ in record)
+        assert [p for _, p in record] == list(range(len(record))), f"non-canonical record {record}"
+        if tokens not in memo:
+            ids = torch.tensor([tokens], dtype=torch.long, device=model.device)
+            memo[tokens] = int(model(input_ids=ids, position_ids=torch.arange(len(tokens))[None, :]).logits[0, -1].argmax())
+        return memo[tokens]
+
+    return predict
+
+
+class Compare:
+    """Maps one real event to lists and compares it with one abstract observation."""
+
+    def __init__(self, spec, oracle):
+        self.spec, self.oracle, self.fresh = spec, oracle, {}
+        self.steps, self.moved = 0, False
+
+    def __call__(self, event, obs) -> None:
+        self.steps += 1
+        state, batch = event.state, obs.batch
+        assert event.step == obs.step, f"step {event.step} != {obs.step}"
+        assert state.batch == len(batch.tokens), f"{state.batch} rows != {len(batch.tokens)}"
+        if event.record is not None:
+            r = event.record
+            self.moved |= r.moved
+            assert (r.drafted, r.accepted, r.committed, r.width, r.moved) == tuple(
+                obs.record[n] for n in ("drafted", "accepted", "committed", "width", "moved")), (r, obs.record)
+        if not state.batch:
+            return
+        pad = state.pad.tolist()
+        assert pad == batch.pad and state.length.tolist() == batch.length and state.width == self.spec["width"](batch), (
+            "p_i, c_i, L", pad, state.length.tolist(), batch.pad, batch.length)
+        assert [state.tokens[i, p:].tolist() for i, p in enumerate(pad)] == [
+            self.spec["content"](batch, i) for i in range(state.batch)], ("content", state.tokens.tolist(), batch.tokens)
+        assert state.requests == batch.requests and state.prompt_length.tolist() == batch.prompt_length, "requests"
+        real_drafts = None if event.drafts is None else event.drafts.tolist()
+        assert real_drafts == obs.drafts or (real_drafts is None and obs.step in ("prefill",)), (
+            "drafts", real_drafts, obs.drafts)
+        assert getattr(event, "committed", None) == obs.committed, ("committed", event.committed, obs.committed)
+        assert len(event.calls) == len(obs.calls), ("calls", len(event.calls), len(obs.calls))
+        for real, call in zip(event.calls, obs.calls):
+            assert (real.model, real.cache_length) == (call.model, call.cache_length), ("call", real.model, call.model)
+            assert real.input_ids.tolist() == call.inputs, (call.model, "inputs", real.input_ids.tolist(), call.inputs)
+            assert real.attention_mask.tolist() == call.mask, (call.model, "mask", real.attention_mask.tolist(), call.mask)
+            assert real.position_ids.tolist() == call.positions, (
+                call.model, "positions", real.position_ids.tolist(), call.positions)
+            logits = getattr(real, "logits", None)  # [B, n or kept, V]
+            if logits is not None:  # compare the predictions after attended inputs (padding's are noise)
+                kept, width = logits.shape[1], len(call.mask[0])
+                for i, (got, out) in enumerate(zip(logits.argmax(-1).tolist(), call.outputs)):
+                    attended = call.mask[i][width - kept:]
+                    assert [g for g, m in zip(got, attended) if m] == [o for o, m in zip(out[len(out) - kept:], attended) if m], (
+                        call.model, "predictions of row", i, got, out)
+        caches = {"target": state.target_cache, "draft": state.draft_cache}
+        for name, rows in batch.caches.items():
+            self.cache(name, kv.layer_tensors(caches[name]), rows, pad)
+
+    def cache(self, name, layers, rows, pad) -> None:
+        length = layers[0][0].shape[2] if layers else 0
+        assert length == len(rows[0]), (name, "cache length", length, len(rows[0]))
+        got, ref, owner = [], [], []  # flattened slots of every row and layer, then one comparison
+        for i, slots in enumerate(rows):
+            records = slots[pad[i]:]
+            if not records:
+                continue
+            longest = records[-1]
+            assert all(r == longest[: j + 1] for j, r in enumerate(records)), (name, "row", i, "not one chain")
+            key = (name, tuple(t for t, _ in longest))
+            if key not in self.fresh:
+                self.fresh[key] = self.oracle(name, list(key[1]))
+            for (keys, values), (fk, fv) in zip(layers, self.fresh[key]):
+                for tensor, fresh in ((keys, fk), (values, fv)):
+                    got.append(tensor[i, :, pad[i]:].reshape(-1))  # [H, n, D] flattened
+                    ref.append(fresh[0].reshape(-1))
+                    owner.append(i)
+        if got:
+            fresh = torch.cat(ref)
+            errors = (torch.cat(got) - fresh).abs() / (1 + fresh.abs())
+            worst = int(errors.argmax())
+            row = torch.repeat_interleave(torch.tensor(owner), torch.tensor([g.numel() for g in got]))[worst]
+            assert float(errors[worst]) < TOLERANCE, (name, "cache row", int(row), "relative error", float(errors[worst]))

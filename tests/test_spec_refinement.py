@@ -25,99 +25,15 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-from _spec_helpers import PROMPTS, one_thread, spec_namespace  # noqa: E402
+from _spec_helpers import PROMPTS, Compare, as_function, one_thread, spec_namespace  # noqa: E402
 from batchspec.models import tiny  # noqa: E402
 from batchspec.oracle import hf_oracle  # noqa: E402
 from batchspec.reference import Models, decode  # noqa: E402
 from batchspec.reference import cache as kv  # noqa: E402
 
-TOLERANCE = 1e-9
-
-
 @pytest.fixture(scope="module")
 def spec():
     return spec_namespace()
-
-
-def as_function(model):
-    """The abstract model of a real one: record -> argmax after a fresh batch-1
-    forward of the record's tokens. Only canonical records (positions 0, 1, ..)
-    have a batch-1 meaning; EQSPEC never makes another."""
-    memo: dict = {}
-
-    @torch.no_grad()
-    def predict(record):
-        tokens = tuple(t for t, _ in record)
-        assert [p for _, p in record] == list(range(len(record))), f"non-canonical record {record}"
-        if tokens not in memo:
-            ids = torch.tensor([tokens], dtype=torch.long, device=model.device)
-            memo[tokens] = int(model(input_ids=ids, position_ids=torch.arange(len(tokens))[None, :]).logits[0, -1].argmax())
-        return memo[tokens]
-
-    return predict
-
-
-class Compare:
-    """Maps one real event to lists and compares it with one abstract observation."""
-
-    def __init__(self, spec, oracle):
-        self.spec, self.oracle, self.fresh = spec, oracle, {}
-        self.steps, self.moved = 0, False
-
-    def __call__(self, event, obs) -> None:
-        self.steps += 1
-        state, batch = event.state, obs.batch
-        assert event.step == obs.step
-        assert state.batch == len(batch.tokens)
-        if event.record is not None:
-            r = event.record
-            self.moved |= r.moved
-            assert (r.drafted, r.accepted, r.committed, r.width, r.moved) == tuple(
-                obs.record[n] for n in ("drafted", "accepted", "committed", "width", "moved"))
-        if not state.batch:
-            return
-        pad = state.pad.tolist()
-        assert pad == batch.pad and state.length.tolist() == batch.length and state.width == self.spec["width"](batch)
-        assert [state.tokens[i, p:].tolist() for i, p in enumerate(pad)] == [
-            self.spec["content"](batch, i) for i in range(state.batch)]
-        assert state.requests == batch.requests and state.prompt_length.tolist() == batch.prompt_length
-        real_drafts = None if event.drafts is None else event.drafts.tolist()
-        assert real_drafts == obs.drafts or (real_drafts is None and obs.step in ("prefill",))
-        assert getattr(event, "committed", None) == obs.committed
-        assert len(event.calls) == len(obs.calls)
-        for real, call in zip(event.calls, obs.calls):
-            assert (real.model, real.cache_length) == (call.model, call.cache_length)
-            assert real.input_ids.tolist() == call.inputs
-            assert real.attention_mask.tolist() == call.mask
-            assert real.position_ids.tolist() == call.positions
-            logits = getattr(real, "logits", None)  # [B, n or kept, V]
-            if logits is not None:  # compare the predictions after attended inputs (padding's are noise)
-                kept, width = logits.shape[1], len(call.mask[0])
-                for i, (got, out) in enumerate(zip(logits.argmax(-1).tolist(), call.outputs)):
-                    attended = call.mask[i][width - kept:]
-                    assert [g for g, m in zip(got, attended) if m] == [o for o, m in zip(out[len(out) - kept:], attended) if m]
-        caches = {"target": state.target_cache, "draft": state.draft_cache}
-        for name, rows in batch.caches.items():
-            self.cache(name, kv.layer_tensors(caches[name]), rows, pad)
-
-    def cache(self, name, layers, rows, pad) -> None:
-        length = layers[0][0].shape[2] if layers else 0
-        assert length == len(rows[0])
-        for i, slots in enumerate(rows):
-            records = slots[pad[i]:]
-            if not records:
-                continue
-            longest = records[-1]
-            assert all(r == longest[: j + 1] for j, r in enumerate(records))  # one chain per row
-            tokens = tuple(t for t, _ in longest)
-            key = (name, tokens)
-            if key not in self.fresh:
-                self.fresh[key] = self.oracle(name, list(tokens))
-            for (keys, values), (fk, fv) in zip(layers, self.fresh[key]):
-                for got, ref in ((keys, fk), (values, fv)):
-                    got = got[i, :, pad[i]:]  # [H, n, D]
-                    err = ((got - ref[0]).abs() / (1 + ref[0].abs())).max()
-                    assert float(err) < TOLERANCE, (name, i, float(err))
 
 
 def lockstep(spec, target, draft, prompts, k, max_new, eos):

@@ -1,4 +1,4 @@
-"""A scripted draft: forces any acceptance pattern on a real target (Spec §5.2).
+"""A scripted draft: forces any acceptance pattern on a real target (Spec §5.6).
 
 The bounded exhaustive check needs drafts whose acceptance it chooses. A
 :class:`ScriptedDraft` wraps a real draft model: every forward call runs that
@@ -8,7 +8,8 @@ script of a request is the target's own greedy continuation of its prompt,
 except at chosen generated indices (the *deviations*), where the draft
 proposes a different token. With greedy acceptance (Spec §4.3.1) a row whose
 first deviation in a round lies ``m`` drafts into the round accepts exactly
-``m`` drafts.
+``m`` drafts. The spec's ``scripted_draft`` (Spec §5.6) is the same draft in
+the abstract model; the exhaustive check runs both in lockstep.
 
 The wrapper has to know which request each batch row serves, since rows leave
 and move between rounds. The driver says so with :meth:`ScriptedDraft.follow`
@@ -46,13 +47,17 @@ class ScriptedDraft(torch.nn.Module):
     """A draft model with real KV cache and scripted proposals (see module doc).
 
     ``scripts`` maps a request id to its :class:`Script`; ``follow(requests)``
-    names the request of each batch row for the calls that follow.
+    names the request of each batch row for the calls that follow. A scripted
+    logit row is ``logit`` on the proposed token and 0 elsewhere: greedy
+    acceptance reads only its argmax; under sampling a large ``logit`` makes
+    the draft's distribution all but a point mass on the scripted token.
     """
 
-    def __init__(self, model, scripts: dict[int, Script]):
+    def __init__(self, model, scripts: dict[int, Script], logit: float = 1.0):
         super().__init__()
         self.model = model
         self.scripts = scripts
+        self.logit = logit
         self.requests: list[int] = []
         self.vocab = model.get_output_embeddings().out_features
         self.train(model.training)  # a fresh Module is in training mode; the wrapper is as the model it wraps
@@ -92,6 +97,6 @@ class ScriptedDraft(torch.nn.Module):
                 token = script.proposal(n, self.vocab)
                 if token is not None:
                     scripted[b, t] = 0.0
-                    scripted[b, t, token] = 1.0
+                    scripted[b, t, token] = self.logit
         out.logits = scripted
         return out
