@@ -62,7 +62,7 @@ KVOracle = Callable[[str, list[int]], list[tuple[torch.Tensor, torch.Tensor]]]
 
 @dataclass
 class SampledRound:
-    """What a sampled verify step decided from, for I6 (Spec §3.6)."""
+    """What a sampled verify step decided from, for I8 (Spec §3.8)."""
 
     draft_logits: list  # k'+1 tensors [B, V] the draft calls returned, the last at the bonus slot ([] without a draft)
     positions: list[int]  # per row, the absolute position t of slot 0 (c_i)
@@ -86,7 +86,7 @@ class Observation:
     requests: list[int] | None = None  # request id of each row, for messages
     draft_tokens: torch.Tensor | None = None  # [B, k'] drafts of the current round, if any
     committed: list[list[int]] | None = None  # tokens this step commits to each row (verify), for I5
-    sampled: SampledRound | None = None  # verify step of a sampled round, for I6 (I5 then skips)
+    sampled: SampledRound | None = None  # verify step of a sampled round, for I8 (I5 then skips)
 
     @property
     def width(self) -> int:

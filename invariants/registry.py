@@ -20,5 +20,5 @@ INVARIANTS = (
     ("I3", cache_correspondence),
     ("I4", draft_target_sync),
     ("I5", greedy_verification),
-    ("I6", sampled_verification),
+    ("I8", sampled_verification),
 )

@@ -1,4 +1,4 @@
-"""I6 sampled verification (Spec §3.6), the counterpart of I5 under sampling.
+"""I8 sampled verification (Spec §3.8), the counterpart of I5 under sampling.
 
 With keyed uniforms (Spec §4.3.2) a sampled run is a deterministic function
 of the logits, so "the committed tokens are the target's" becomes checkable
@@ -15,7 +15,7 @@ from .violation import Violation
 
 
 def sampled_verification(obs: Observation) -> list[Violation]:
-    """Every token a sampled round commits is the rule's decision (Spec §3.6).
+    """Every token a sampled round commits is the rule's decision (Spec §3.8).
 
     Checked at the step that decides acceptance under sampling
     (``obs.committed`` and ``obs.sampled`` set), on the last target call of
@@ -30,7 +30,7 @@ def sampled_verification(obs: Observation) -> list[Violation]:
     """
     if obs.committed is None or obs.sampled is None:
         return []
-    report = reporter(obs, "I6", "sampled_verification")
+    report = reporter(obs, "I8", "sampled_verification")
     verify = [c for c in obs.calls if c.model == "target"]
     if not verify or verify[-1].logits is None:
         return [report(None, "a target call with recorded logits", len(verify),

@@ -28,7 +28,7 @@ def greedy_verification(obs: Observation) -> list[Violation]:
       rejected draft.
 
     Applies to greedy decoding; a sampled round (``obs.sampled`` set) is
-    checked by I6 instead (Spec §3.6). Observations without ``committed`` are
+    checked by I8 instead (Spec §3.8). Observations without ``committed`` are
     not checked.
     """
     if obs.committed is None or obs.sampled is not None:

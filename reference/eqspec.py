@@ -65,7 +65,7 @@ class Event:
     drafts: torch.Tensor | None = None  # [B, k'] of the current round
     record: RoundRecord | None = None
     committed: list[list[int]] | None = None  # verify step: the a_i tokens each row commits (I5)
-    sampled: object | None = None  # verify step under sampling: what I6 re-decides from
+    sampled: object | None = None  # verify step under sampling: what I8 re-decides from
     observe: object | None = None  # () -> Observation, for a decoder with its own layout (baselines)
 
 

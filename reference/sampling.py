@@ -125,7 +125,7 @@ class Sampler:
         """The whole rule at one position of one request, from logits ``[V]``:
         ``(y_t, x_t)``, the draft's proposal (``draft`` when it was already
         drafted, else drawn here; ``None`` without a draft) and the token
-        decided. What invariant I6 re-decides each committed token with."""
+        decided. What invariant I8 re-decides each committed token with."""
         p = self.p(target_logits[None])
         q = self.q(draft_logits[None]) if draft_logits is not None else None
         y = None

@@ -46,7 +46,7 @@ class Round:
         return self.sampler.propose(q, self.sampler.u(self.requests, positions, "draft", q))
 
     def record(self) -> SampledRound | None:
-        """What invariant I6 re-decides the committed tokens from (None when greedy)."""
+        """What invariant I8 re-decides the committed tokens from (None when greedy)."""
         if self.sampler is None:
             return None
         return SampledRound(list(self.draft_logits), self.start.tolist(), self.sampler.rule)

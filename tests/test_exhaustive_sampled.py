@@ -8,7 +8,7 @@ double below 1 (reject) at the positions listed, and every other purpose
 with the real keyed uniforms, so drafts and residual draws stay random. The
 scripted draft's logit of ``LOGIT`` makes ``q`` all but a point mass, so
 ``p(y) / q(y) = p(y) < 1`` and the forced rejection holds. Every round must
-accept exactly the forced ``m_i``, the code's checker (I6 included) must be
+accept exactly the forced ``m_i``, the code's checker (I8 included) must be
 silent after every step, and at every leaf each output must equal the
 per-position reference run with the same draft and the same uniforms: batch
 1, no cache, both models on the whole prefix (§5.5.1).
@@ -189,7 +189,7 @@ def test_greedy_scripted_logits_do_not_force_sampled_acceptance(pair):
 
 def test_wrong_residual_is_caught_at_a_leaf(pair):
     """The leaf check fires: a residual without max(0, p - q) (a negative
-    control of issue 11) is self-consistent, so I6 is silent, but the output
+    control of issue 11) is self-consistent, so I8 is silent, but the output
     is no longer the per-position reference's."""
     with pytest.raises(Failure, match=r"B=2 k=2 .*pattern \[.*\].*step 'leaf'.*per-position reference"):
         SampledWalk(pair, SMALL, sampler_changes={"residual": lambda p, q: p}).run()

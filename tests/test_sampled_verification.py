@@ -1,4 +1,4 @@
-"""I6 sampled verification (Spec §3.6) fires on decoders and observations that
+"""I8 sampled verification (Spec §3.8) fires on decoders and observations that
 commit anything but the rule's decision, and is silent on correct sampled runs."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def sampled_run(pairs):
 
 def test_registered_after_i5():
     ids = [i for i, _ in INVARIANTS]
-    assert ids.index("I6") == ids.index("I5") + 1
+    assert ids.index("I8") == ids.index("I5") + 1
 
 
 def test_silent_on_a_valid_sampled_run(sampled_run):
@@ -51,7 +51,7 @@ def test_silent_on_a_valid_sampled_run(sampled_run):
     assert verify and all(o.sampled is not None for o in verify)
     assert any(len(set(map(len, o.committed))) > 1 for o in verify)  # ragged acceptance really happened
     assert [v for o in sampled_run for v in violations(o)] == []
-    assert all(greedy_verification(o) == [] for o in verify)  # I5 leaves sampled rounds to I6
+    assert all(greedy_verification(o) == [] for o in verify)  # I5 leaves sampled rounds to I8
 
 
 def test_silent_under_exspec_and_autoregressive(pairs):
@@ -67,7 +67,7 @@ def test_fires_on_a_tampered_token(sampled_run):
     real = obs.committed[1][-1]
     obs.committed[1][-1] = (real + 1) % 96
     found = sampled_verification(obs)
-    assert [(v.invariant, v.row, v.expected, v.actual) for v in found] == [("I6", 1, real, (real + 1) % 96)]
+    assert [(v.invariant, v.row, v.expected, v.actual) for v in found] == [("I8", 1, real, (real + 1) % 96)]
     assert "not the rule's decision" in found[0].detail
 
 
@@ -107,4 +107,4 @@ def test_fires_on_uniforms_keyed_at_the_wrong_position(pairs):
         return acceptance.sampled(replace(rnd, start=rnd.start + 1), logits)
 
     found = _i6(_observations(target, draft, replace(STEPS, accept_sampled=shifted)))
-    assert found and all(v.invariant == "I6" for v in found)
+    assert found and all(v.invariant == "I8" for v in found)

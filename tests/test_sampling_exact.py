@@ -1,7 +1,7 @@
 """Sampled output token for token (Spec §4.3.2, §5.5): EQSPEC and EXSPEC under
 sampling equal the per-position reference, a slow loop that runs both models
 at batch 1 with no cache and decides every position by the same rule with
-the same keyed uniforms. float64 on CPU, every invariant (I6 included)
+the same keyed uniforms. float64 on CPU, every invariant (I8 included)
 checked after every step.
 """
 

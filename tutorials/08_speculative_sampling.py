@@ -107,7 +107,7 @@ for method, batch_size, k in [("eqspec", 1, 4), ("eqspec", 2, 2), ("eqspec", 4, 
                               ("exspec", 4, 4), ("exspec", 8, 2)]:
     result = batchspec.generate(target, draft, prompts, method=method, num_draft_tokens=k, max_new_tokens=N,
                                 batch_size=batch_size, check_invariants=True, **sampling)
-    assert result.sequences == reference, (method, batch_size, k)  # token for token, invariants on (I6 too)
+    assert result.sequences == reference, (method, batch_size, k)  # token for token, invariants on (I8 too)
     runs[f"{method} B={batch_size} k={k}"] = result.sequences[0]
 print("row 0 under every run:", reference[0])
 
@@ -169,7 +169,7 @@ plt.show()
 # %% [markdown]
 # The method follows the `1/sqrt(n)` line; the four biased controls level off
 # at their bias. The shared stream converges too: it is right in
-# distribution, and only the batch-size test above (or I6, or
+# distribution, and only the batch-size test above (or I8, or
 # `tests/test_sampling_invariance.py`) can tell it apart.
 #
 # ## What sampling costs in acceptance
@@ -199,6 +199,6 @@ print(f"chapter ran in {time.perf_counter() - started:.0f} s")
 #   and a batching bug is a token mismatch again (Spec §4.3.2, §5.5.1).
 # * The rule samples `p` exactly: kept `min(p, q)` plus residual
 #   `max(0, p - q)` is `p` (Spec §5.5). Warp `p` and `q` the same way.
-# * I6 checks each committed token against the rule on the logits the models
-#   really returned (Spec §3.6); the convergence ratio against negative
+# * I8 checks each committed token against the rule on the logits the models
+#   really returned (Spec §3.8); the convergence ratio against negative
 #   controls checks the distribution itself.

@@ -32,7 +32,7 @@ PACKAGE = [ROOT / "batchspec", ROOT / "reference", ROOT / "invariants"]
 TIMEOUT = 300  # seconds per cell: far above any cell's need; a hung cell fails the build
 #: name -> (title, what will fill it), for chapters other work writes
 SLOTS = {
-    "08_speculative_sampling": ("Speculative sampling", "the speculative-sampling work (sampled verification, I6)"),
+    "08_speculative_sampling": ("Speculative sampling", "the speculative-sampling work (sampled verification, I8)"),
     "09_check_your_own_decoder": ("Check your own decoder", "the conformance-checker work"),
 }
 
