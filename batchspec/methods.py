@@ -44,6 +44,11 @@ class Method:
     decoders: Callable
     needs_draft: bool
     can_sample: bool = False  # honours do_sample=True (Spec §4.3.2)
+    #: method-specific options of ``generate`` it reads (given to another method they raise)
+    options: tuple[str, ...] = ()
+    #: its rounds draft at most the smallest remaining budget and take a policy's ``k`` (Spec §4.2):
+    #: its length check needs no ``+ k`` margin and ``num_draft_tokens="auto"`` applies
+    tight_length: bool = False
 
 
 def static_batches(run):
@@ -69,8 +74,8 @@ def _autoregressive(models, prompts, requests, config):
 
 #: Registry of methods; later modules add theirs with :func:`register_method`.
 METHODS: dict[str, Method] = {
-    "eqspec": Method(static_batches(_eqspec), True, can_sample=True),
-    "autoregressive": Method(static_batches(_autoregressive), False, can_sample=True),
+    "eqspec": Method(static_batches(_eqspec), True, can_sample=True, tight_length=True),
+    "autoregressive": Method(static_batches(_autoregressive), False, can_sample=True, tight_length=True),
 }
 
 
@@ -116,4 +121,5 @@ def _exspec(models, prompts, config):
                   models.target.device)
 
 
-register_method("exspec", Method(_exspec, needs_draft=True, can_sample=True))
+register_method("exspec", Method(_exspec, needs_draft=True, can_sample=True, tight_length=True,
+                                  options=("window_size", "sort_by_length")))

@@ -73,7 +73,7 @@ in request order.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -301,7 +301,7 @@ def record(target, draft, prompts, method: str = "eqspec", *, fault: str | None 
             yield _tap(decoder, recorder, batch)
 
     name = f"trace:{fault or method}"
-    api.register_method(name, methods.Method(decoders, base.needs_draft))
+    api.register_method(name, replace(base, decoders=decoders))  # the same capabilities, tapped
     try:
         result = api.generate(target, draft, prompts, method=name, check_invariants=False, **options)
     finally:

@@ -13,12 +13,11 @@ import torch
 
 CHECK_MODES = (False, True, "record", "semantic")
 
-#: Options that only some methods read; passing one to another method is an error, not a silent no-op.
-METHOD_OPTIONS = {"window_size": ("exspec",), "sort_by_length": ("exspec",)}
-
-#: Methods whose positions provably stay below ``len(prompt) + max_new_tokens`` (Spec §4.2:
-#: ``k' <=`` every row's remaining budget). The broken alternatives keep a margin of ``k``.
-TIGHT_LENGTH = ("eqspec", "exspec", "autoregressive")
+# What each method reads and how far its positions reach are properties of the method
+# (``Method.options``, ``Method.tight_length`` in batchspec.methods), not of its name, so a
+# wrapped method (a trace, a fault) keeps them. Tight methods provably stay below
+# ``len(prompt) + max_new_tokens`` (Spec §4.2: ``k' <=`` every row's remaining budget); the
+# broken alternatives keep a margin of ``k``.
 
 
 def require_int(name: str, value, low: int) -> None:
@@ -94,11 +93,12 @@ def check_counts(num_draft_tokens, max_new_tokens, batch_size, check_invariants)
         raise ValueError(f"check_invariants must be one of {CHECK_MODES}, got {check_invariants!r}")
 
 
-def check_method_options(method: str, **options) -> None:
-    """An option given (not None) to a method that does not read it is refused (:data:`METHOD_OPTIONS`)."""
+def check_method_options(method: str, methods, **options) -> None:
+    """An option given (not None) to a method that does not read it (``Method.options``) is refused."""
     for name, value in options.items():
-        if value is not None and method not in METHOD_OPTIONS[name]:
-            raise ValueError(f"{name} applies to method {' or '.join(map(repr, METHOD_OPTIONS[name]))} only, "
+        if value is not None and name not in methods[method].options:
+            readers = sorted(m for m, spec in methods.items() if name in spec.options and ":" not in m)
+            raise ValueError(f"{name} applies to method {' or '.join(map(repr, readers))} only, "
                              f"not {method!r}; leave it None")
 
 
@@ -154,10 +154,11 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
     """
     if not isinstance(method, str) or method not in methods:
         raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
-    if num_draft_tokens == "auto" and method not in TIGHT_LENGTH:  # the methods whose rounds take a policy's k
-        raise ValueError(f"num_draft_tokens='auto' is supported by methods {TIGHT_LENGTH}, not {method!r}")
+    if num_draft_tokens == "auto" and not methods[method].tight_length:  # rounds that take a policy's k
+        able = sorted(m for m, spec in methods.items() if spec.tight_length and ":" not in m)
+        raise ValueError(f"num_draft_tokens='auto' is supported by methods {tuple(able)}, not {method!r}")
     check_counts(1 if num_draft_tokens == "auto" else num_draft_tokens, max_new_tokens, batch_size, check_invariants)
-    check_method_options(method, window_size=window_size, sort_by_length=sort_by_length)
+    check_method_options(method, methods, window_size=window_size, sort_by_length=sort_by_length)
     check_model(target, "target")
     vocab = vocab_size(target)
     used = {"target": target}
@@ -168,7 +169,7 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
         check_pair(target, draft)
         used["draft"] = draft
     check_prompts(prompts, vocab)
-    reach = max_new_tokens + overshoot + (0 if method in TIGHT_LENGTH else num_draft_tokens)
+    reach = max_new_tokens + overshoot + (0 if methods[method].tight_length else num_draft_tokens)
     check_lengths(prompts, reach, used)
     return eos_ids(eos_token_id, vocab)
 

@@ -155,8 +155,8 @@ def test_cli_writes_a_trace_that_loads(tmp_path, capsys):
     (["--out", "x", "--fault", "nope"], "unknown fault 'nope'"),
     (["--out", "x", "--method", "nope"], "unknown method 'nope'"),
     (["--out", "x", "--method", "masking", "--fault", "permuted_rows"], "injected into EQSPEC"),
-    (["--out", "x", "--pair", "nope"], "unknown pair 'nope'"),
-    (["--out", "x", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--out", "x", "--pair", "nope"], "invalid choice: 'nope'"),
+    (["--out", "x", "--batch-size", "0"], "expected a positive integer, got 0"),
     (["--out", "/no/such/folder/x.jsonl"], "does not exist"),
     ([], "nothing to write"),
 ])

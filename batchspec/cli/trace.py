@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from .. import api, faults
-from ..models import bytes as byte_codec, registry
-from ..viz.setup import prompts_for
+from .common import add_pair_arguments, load_pair, positive_int
 from .errors import UsageError
-from .pairs import DEFAULT_PAIR, PAIRS
+
+
 
 def register(subparsers) -> None:
     """Add the ``trace`` subcommand."""
@@ -24,15 +23,15 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[1])
     p.add_argument("--method", default="eqspec", help="a registered method (default %(default)s)")
     p.add_argument("--fault", help=f"inject a fault into EQSPEC: one of {', '.join(sorted(faults.CATALOGUE))}")
-    p.add_argument("--pair", default=DEFAULT_PAIR, help="a pair `batchspec models list` shows as available "
-                   "(default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=4, help="(default %(default)s)")
-    p.add_argument("--prompts", type=int, default=4, help="number of prompts (default %(default)s)")
-    p.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="k (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=16, help="(default %(default)s)")
+    add_pair_arguments(p)
+    p.add_argument("--batch-size", type=positive_int, default=4, help="rows per batch B (default %(default)s)")
+    p.add_argument("--prompts", type=positive_int, default=4, help="number of prompts (default %(default)s)")
+    p.add_argument("-k", "--num-draft-tokens", type=positive_int, default=4,
+                   help="draft tokens per round k (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=16,
+                   help="tokens to generate per prompt (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
     p.add_argument("--semantic", action="store_true", help="also run the semantic mode of I3")
-    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     p.add_argument("--out", help="write the trace here (JSON lines)")
     p.add_argument("--html", help="write the step-through viewer page for this run here")
     p.set_defaults(func=main)
@@ -42,9 +41,6 @@ def check(args) -> None:
     """Every mistake in the command line, before any model is loaded."""
     if not (args.out or args.html):
         raise UsageError("nothing to write: give --out FILE.jsonl and/or --html FILE.html")
-    for name in ("batch_size", "prompts", "num_draft_tokens", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.fault is not None:
         if args.fault not in faults.CATALOGUE:
             raise UsageError(f"unknown fault {args.fault!r}; known: {', '.join(sorted(faults.CATALOGUE))}")
@@ -52,16 +48,9 @@ def check(args) -> None:
             raise UsageError(f"--fault is injected into EQSPEC; drop --method {args.method}")
     elif args.method not in api.METHODS:
         raise UsageError(f"unknown method {args.method!r}; known: {', '.join(sorted(api.METHODS))}")
-    if args.pair not in registry.PAIRS:
-        raise UsageError(f"unknown pair {args.pair!r}; known: {', '.join(registry.PAIRS)}")
-    available, reason = registry.availability(args.pair)
-    if not available:
-        raise UsageError(f"pair {args.pair!r} is {reason}")
     for path in (args.out, args.html):
         if path and not Path(path).resolve().parent.is_dir():
             raise UsageError(f"cannot write {path}: folder {Path(path).resolve().parent} does not exist")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: CUDA is not available here")
     if args.html:
         html_writer()
 
@@ -76,27 +65,15 @@ def html_writer():
     return write_html
 
 
-def load(args):
-    """``(target, draft, prompts, alphabet)`` for ``args.pair``."""
-    dtype = torch.float64 if args.device == "cpu" else None
-    target, draft, tokenizer = registry.load_pair(args.pair, dtype=dtype, device=args.device)
-    if args.pair in PAIRS:
-        prompts = PAIRS[args.pair].prompts(args.prompts, args.seed)
-    else:
-        try:
-            prompts = prompts_for(args.pair, args.prompts, args.seed, tokenizer)
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-    return target, draft, prompts, "bytes" if args.pair == "default" else None
-
-
 def main(args) -> int:
     """Run ``batchspec trace`` with parsed ``args``; exit status 0 (violations are data here)."""
     from .. import trace
 
     check(args)
-    target, draft, prompts, alphabet = load(args)
-    eos = byte_codec.EOS_TOKEN_ID if args.pair == "default" else None
+    pair = load_pair(args)  # a pair that is not available here is a UsageError before any weights load
+    target, draft, eos = pair.target, pair.draft, pair.eos_token_id
+    prompts = pair.prompts(args.prompts, args.seed)
+    alphabet = "bytes" if args.pair == "default" else None
     try:
         recorded = trace.record(target, draft, prompts, args.method, fault=args.fault, semantic=args.semantic,
                                 pair=args.pair, alphabet=alphabet, num_draft_tokens=args.num_draft_tokens,
