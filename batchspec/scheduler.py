@@ -13,9 +13,8 @@ import time
 
 import torch
 
-from .driver import clocked, drive
+from .driver import checks, clocked, drive
 from .methods import METHODS, default_window
-from .oracle import hf_oracle
 from .reference.exspec import EXSPEC_STEPS, ExspecSteps, exspec_round
 from .reference.exspec_policy import Policy, laggards_first
 from .reference.exspec_pool import Pool
@@ -49,7 +48,7 @@ class Scheduler:
         self.k, self.max_new_tokens, self.policy, self.steps = num_draft_tokens, max_new_tokens, policy, steps
         self.eos = torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None
         self.mode = check_invariants
-        self.oracle = hf_oracle({"target": target, "draft": draft}) if check_invariants == "semantic" else None
+        self.oracle, self.ledger = checks(check_invariants, target, draft)
         self.stats = Stats("exspec")
         self.violations: list = []
         self.completed: dict[int, RowOutput] = {}
@@ -78,7 +77,8 @@ class Scheduler:
         with torch.no_grad():
             rnd = exspec_round(self.models, self.pool, self.policy, self.k, self.max_new_tokens,
                                self.eos, self.steps)
-            done = drive(clocked(rnd, device), self.stats, self.mode, self.oracle, self.violations, device)
+            done = drive(clocked(rnd, device), self.stats, self.mode, self.oracle, self.violations, device,
+                         self.ledger)
         self.stats.wall_seconds += time.perf_counter() - start
         self.stats.generated_tokens += sum(len(out.tokens) for out in done.values())
         self.completed.update(done)

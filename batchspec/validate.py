@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-CHECK_MODES = (False, True, "record", "semantic")
+CHECK_MODES = (False, True, "structural", "record", "semantic")
 
 
 def _int(name: str, value, low: int) -> None:

@@ -1,0 +1,149 @@
+"""The checker's memory across steps: slot fingerprints and pending commits (Spec §3.6, §3.7).
+
+The predicates I1–I5 read one observation. Two questions need history:
+*does the slot where a committed token now lives hold the key/value that was
+written for that token?* (I6, cache provenance) and *did the grid gain
+exactly the tokens the verify step committed?* (I7, committed stream). The
+:class:`Ledger` remembers what is needed for both, and nothing else:
+
+* for every ``(model, request, content index)`` the token a forward call fed
+  there and a *fingerprint* of the key it wrote: a fixed random projection of
+  the key vector at the first and the last layer, two numbers per slot;
+* for every request whose tokens a step committed, the content it had then
+  and the committed tokens, until the next boundary step.
+
+Fingerprints are taken from the cache the call really wrote, so they cost a
+matrix-vector product over the new slots only, and no extra forward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .observation import CacheView, ForwardCall, Observation
+
+#: Never-written marker in the token table.
+UNWRITTEN = -1
+
+
+def fingerprints(view: CacheView, start: int, stop: int) -> torch.Tensor:
+    """``[B, stop - start, 2]``: slots ``start .. stop-1`` of ``view`` projected on
+    a fixed random direction, at the first and at the last layer's keys (Spec §3.6).
+
+    Layer 0's key depends only on the token and its position; the last
+    layer's depends on everything the token attended to. The projection is
+    computed in at least float32, so summation order cannot move it by more
+    than :data:`TOLERANCE` allows.
+    """
+    out = []
+    for keys, _values in (view.layers[0], view.layers[-1]):
+        b, h, _, d = keys.shape
+        part = keys[:, :, start:stop, :].transpose(1, 2).reshape(b, stop - start, h * d)  # [B, n, H*D]
+        dtype = torch.float64 if part.dtype == torch.float64 else torch.float32
+        out.append(part.to(dtype) @ direction(h * d, dtype, part.device))  # [B, n]
+    return torch.stack(out, dim=-1)
+
+
+_DIRECTIONS: dict = {}
+
+
+def direction(size: int, dtype, device) -> torch.Tensor:
+    """A fixed unit-variance random direction ``[size]`` (seed 0, the same on every device)."""
+    key = (size, dtype, str(device))
+    if key not in _DIRECTIONS:
+        g = torch.Generator().manual_seed(0)
+        _DIRECTIONS[key] = (torch.randn(size, generator=g, dtype=torch.float64) / size ** 0.5).to(device, dtype)
+    return _DIRECTIONS[key]
+
+
+#: Largest |now - written| / (1 + |written|) of a slot's fingerprint, by the
+#: fingerprint's dtype. Moving a slot is an exact copy (0 difference); a
+#: different token, position or context moves the projection by order 1e-1.
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
+class _Table:
+    """One model's writes: rows indexed by request, columns by content index."""
+
+    def __init__(self, device, dtype):
+        self.rows: dict = {}  # request -> ledger row
+        self.tokens = torch.full((0, 0), UNWRITTEN, dtype=torch.long, device=device)  # [R, N]
+        self.prints = torch.zeros((0, 0, 2), dtype=dtype, device=device)  # [R, N, 2]
+
+    def index(self, requests: list) -> torch.Tensor:
+        """Ledger rows ``[B]`` of ``requests``, adding the new ones."""
+        for r in requests:
+            self.rows.setdefault(r, len(self.rows))
+        return torch.tensor([self.rows[r] for r in requests], device=self.tokens.device)
+
+    def grow(self, rows: int, columns: int) -> None:
+        r, n = self.tokens.shape
+        if rows <= r and columns <= n:
+            return
+        rows, columns = max(rows, 2 * r), max(columns, 2 * n)
+        tokens = self.tokens.new_full((rows, columns), UNWRITTEN)
+        prints = self.prints.new_zeros((rows, columns, 2))
+        tokens[:r, :n], prints[:r, :n] = self.tokens, self.prints
+        self.tokens, self.prints = tokens, prints
+
+
+class Ledger:
+    """What the checker remembers between steps of one run (Spec §3.6, §3.7).
+
+    Create one per run (or per :func:`batchspec.invariants.watch`) and pass it
+    to :func:`batchspec.invariants.violations` with every observation, in order.
+    """
+
+    def __init__(self):
+        self.tables: dict[str, _Table] = {}
+        self.pending: dict = {}  # request -> (content before, committed tokens)
+        self._recorded: set[int] = set()  # id() of calls already fingerprinted by a recorder
+
+    def record(self, call: ForwardCall, view: CacheView, requests: list) -> None:
+        """Fingerprint the slots ``call`` wrote, read from ``view``, the model's
+        cache after the call; ``requests[i]`` names batch row ``i``."""
+        t, n = call.cache_length, call.input_ids.shape[1]
+        if n == 0 or not view.layers or view.length < t + n or len(requests) != call.input_ids.shape[0]:
+            return  # I2/I3/I4 report calls whose shapes do not add up
+        mask = call.attention_mask
+        if mask.shape[1] != t + n:
+            return
+        index = mask.long().cumsum(1)[:, t:] - 1  # [B, n] content index of each input
+        live = mask[:, t:] != 0  # [B, n]
+        prints = fingerprints(view, t, t + n)  # [B, n, 2]
+        table = self.tables.get(call.model)
+        if table is None:
+            table = self.tables[call.model] = _Table(prints.device, prints.dtype)
+        rows = table.index(requests)  # [B]
+        table.grow(len(table.rows), int(index.max()) + 1)
+        rows = rows[:, None].expand_as(index)
+        table.tokens[rows[live], index[live]] = call.input_ids[live].to(table.tokens.device)
+        table.prints[rows[live], index[live]] = prints[live]
+
+    def mark(self, call: ForwardCall) -> None:
+        """``call`` was fingerprinted when it returned; :meth:`observe` skips it."""
+        self._recorded.add(id(call))
+
+    def observe(self, obs: Observation) -> None:
+        """Fingerprint the calls of ``obs`` no recorder saw, from the step's end caches."""
+        requests = obs.requests if obs.requests is not None else list(range(obs.tokens.shape[0]))
+        for call in obs.calls:
+            if id(call) in self._recorded:
+                continue
+            view = obs.caches.get(call.model)
+            if view is not None:
+                self.record(call, view, requests)
+        self._recorded.clear()
+
+    def remember_commits(self, obs: Observation) -> None:
+        """After the predicates: hold ``obs.committed`` until the next boundary (Spec §3.7)."""
+        if obs.boundary:
+            for r in self.requests(obs):
+                self.pending.pop(r, None)
+        if obs.committed is not None:
+            for i, r in enumerate(self.requests(obs)):
+                self.pending[r] = (obs.content(i), list(obs.committed[i]))
+
+    @staticmethod
+    def requests(obs: Observation) -> list:
+        return obs.requests if obs.requests is not None else list(range(obs.tokens.shape[0]))

@@ -1,0 +1,93 @@
+"""I6 cache provenance and I7 committed stream: the checks that need the ledger (Spec §3.6, §3.7)."""
+
+from __future__ import annotations
+
+import torch
+
+from ._util import reporter
+from .ledger import TOLERANCE, UNWRITTEN, Ledger, fingerprints
+from .observation import Observation
+from .violation import Violation
+
+
+def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Violation]:
+    """Every committed slot of every cache holds the key written for the token
+    that lives there (Spec §3.6).
+
+    For row ``i`` and each grid slot ``s < L - 1`` the grid mask attends,
+    content index ``j = cumsum(mask)[s] - 1`` and token ``x = tokens[i, s]``:
+
+    * some forward call fed ``x`` at content index ``j`` of this request
+      (else the cache cannot hold its key: a dropped, shifted or foreign slot);
+    * the slot's fingerprint (:func:`~batchspec.invariants.ledger.fingerprints`)
+      equals the one recorded when that call wrote it, within
+      :data:`~batchspec.invariants.ledger.TOLERANCE` (a slot moved to the wrong
+      row or offset, or left behind by a realignment, holds another key).
+
+    Checked for both models at every step; needs no fresh forward. Off
+    (``[]``) without a ledger: the structural mode.
+    """
+    if ledger is None:
+        return []
+    report = reporter(obs, "I6", "cache_provenance")
+    need = obs.width - 1
+    requests = ledger.requests(obs)
+    out: list[Violation] = []
+    for model, view in obs.caches.items():
+        table = ledger.tables.get(model)
+        span = min(need, view.length)
+        if table is None or not table.tokens.shape[1] or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
+            continue  # nothing written yet, or a shape I3 reports
+        mask = obs.mask[:, :span] != 0  # [B, span]
+        index = (obs.mask[:, :span].long().cumsum(1) - 1).clamp(min=0)  # [B, span]
+        known = [table.rows.get(r, -1) for r in requests]
+        rows = torch.tensor(known, device=table.tokens.device)[:, None].expand_as(index)  # [B, span]
+        inside = (rows >= 0) & (index < table.tokens.shape[1])
+        safe_rows, safe_index = rows.clamp(min=0), index.clamp(max=max(table.tokens.shape[1] - 1, 0))
+        written = torch.where(inside, table.tokens[safe_rows, safe_index], UNWRITTEN)  # [B, span]
+        now = fingerprints(view, 0, span)  # [B, span, 2]
+        then = table.prints[safe_rows, safe_index]  # [B, span, 2]
+        tol = TOLERANCE.get(now.dtype, 1e-4)
+        moved = ((now - then).abs() > tol * (1 + then.abs())).any(-1)  # [B, span]
+        grid = obs.tokens[:, :span].to(written.device)
+        bad = mask & ((written != grid) | moved)
+        for i in bad.any(1).nonzero().flatten().tolist():
+            s = int(bad[i].nonzero()[0])
+            j, x = int(index[i, s]), int(grid[i, s])
+            if int(written[i, s]) != x:
+                detail = (f"slot {s} (content index {j}) should hold the key of token {x}, but no "
+                          "forward call fed that token there" if int(written[i, s]) == UNWRITTEN else
+                          f"slot {s} (content index {j}) holds the key written for token {int(written[i, s])}")
+                out.append(report(i, f"key of token {x} at content index {j}",
+                                  f"written token {int(written[i, s])}", detail, model))
+            else:
+                out.append(report(i, [round(float(v), 6) for v in then[i, s]],
+                                  [round(float(v), 6) for v in now[i, s]],
+                                  f"slot {s} (content index {j}, token {x}) holds another key than the "
+                                  "one the forward call wrote for it (moved, shifted or overwritten)", model))
+    return out
+
+
+def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Violation]:
+    """At a boundary, each row's content is its content at the committing step
+    plus exactly the tokens that step committed (Spec §3.7).
+
+    This is what makes ``committed`` (read by I5) a checked claim rather than a
+    self-report: a decoder that appends a token other than the one I5
+    verified is caught here. Off (``[]``) without a ledger.
+    """
+    if ledger is None or not obs.boundary:
+        return []
+    report = reporter(obs, "I7", "committed_stream")
+    out: list[Violation] = []
+    for i, r in enumerate(ledger.requests(obs)):
+        if r not in ledger.pending:
+            continue
+        before, committed = ledger.pending[r]
+        now = obs.live_content(i)
+        if now != before + committed:
+            n = len(before)
+            out.append(report(i, committed, now[n:] if now[:n] == before else now,
+                              "the grid did not gain exactly the committed tokens"
+                              + ("" if now[:n] == before else " (its earlier content changed)")))
+    return out
