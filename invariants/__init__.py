@@ -12,10 +12,11 @@ from the models' own forward calls. This package does not import
 from .checker import check, violations
 from .ledger import Ledger
 from .observation import BOUNDARY_STEPS, MODELS, STEPS, CacheView, ForwardCall, KVOracle, Observation
+from .recorder import Watch, watch
 from .registry import INVARIANTS
 from .violation import InvariantViolation, Violation
 
 __all__ = [
     "BOUNDARY_STEPS", "CacheView", "ForwardCall", "INVARIANTS", "InvariantViolation",
-    "KVOracle", "Ledger", "MODELS", "Observation", "STEPS", "Violation", "check", "violations",
+    "KVOracle", "Ledger", "MODELS", "Observation", "STEPS", "Violation", "Watch", "check", "violations", "watch",
 ]

@@ -94,7 +94,11 @@ class Ledger:
     to :func:`batchspec.invariants.violations` with every observation, in order.
     """
 
-    def __init__(self):
+    def __init__(self, derived: bool = False):
+        #: ``committed`` was derived from the target's logits (by a recorder), not
+        #: reported by the decoder: a row may then keep only a prefix of it (an
+        #: EOS or budget cut the recorder cannot see), never another token.
+        self.derived = derived
         self.tables: dict[str, _Table] = {}
         self.pending: dict = {}  # request -> (content before, committed tokens)
         self._recorded: set[int] = set()  # id() of calls already fingerprinted by a recorder

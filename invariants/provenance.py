@@ -74,7 +74,10 @@ def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Vio
 
     This is what makes ``committed`` (read by I5) a checked claim rather than a
     self-report: a decoder that appends a token other than the one I5
-    verified is caught here. Off (``[]``) without a ledger.
+    verified is caught here. When a recorder derived ``committed`` from the
+    target's logits (``ledger.derived``), a prefix of it is accepted: the
+    decoder may cut at an EOS or a budget the calls do not show. Off (``[]``)
+    without a ledger.
     """
     if ledger is None or not obs.boundary:
         return []
@@ -85,6 +88,9 @@ def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Vio
             continue
         before, committed = ledger.pending[r]
         now = obs.live_content(i)
+        gained = now[len(before):] if now[:len(before)] == before else None
+        if gained is not None and ledger.derived and gained == committed[:len(gained)]:
+            continue
         if now != before + committed:
             n = len(before)
             out.append(report(i, committed, now[n:] if now[:n] == before else now,

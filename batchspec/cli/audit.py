@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from ..audit import ALGORITHMIC, NUMERIC, audit
+from ..audit import ALGORITHMIC, NUMERIC, UNCLASSIFIED, audit
 from .pairs import DEFAULT_PAIR, PAIRS
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
@@ -90,7 +90,7 @@ def register(subparsers) -> None:
     model.add_argument("--pair", choices=sorted(PAIRS), default=DEFAULT_PAIR,
                        help="target of this pair computes the margins (default %(default)s)")
     model.add_argument("--target", help="a local Hugging Face model folder computes the margins (float32)")
-    model.add_argument("--no-model", action="store_true", help="no margins: divergences stay unclassified")
+    model.add_argument("--no-model", action="store_true", help="no margins: divergences stay unclassified, and any divergence exits 1")
     p.add_argument("--dtype", choices=sorted(DTYPES),
                    help="precision the outputs were produced in (default: the margin model's)")
     p.add_argument("--factor", type=float, default=None,
@@ -100,7 +100,8 @@ def register(subparsers) -> None:
 
 
 def main(args) -> int:
-    """Run ``batchspec audit`` with parsed ``args``; exit status 1 when any divergence is algorithmic."""
+    """Run ``batchspec audit`` with parsed ``args``; exit status 1 when any divergence is
+    algorithmic, or, with ``--no-model``, when any output differs at all (unclassified)."""
     prompts, references, candidates = load_records(args.input, args.candidate)
     target = load_target(args)
     options = {} if args.factor is None else {"factor": args.factor}
@@ -110,4 +111,4 @@ def main(args) -> int:
             sys.stdout.write(json.dumps(p) + "\n")
     else:
         print(table(report))
-    return 1 if report.counts.get(ALGORITHMIC) else 0
+    return 1 if report.counts.get(ALGORITHMIC) or report.counts.get(UNCLASSIFIED) else 0
