@@ -37,22 +37,24 @@ def fingerprints(view: CacheView, start: int, stop: int) -> torch.Tensor:
     """
     out = []
     for keys, _values in (view.layers[0], view.layers[-1]):
-        b, h, _, d = keys.shape
-        part = keys[:, :, start:stop, :].transpose(1, 2).reshape(b, stop - start, h * d)  # [B, n, H*D]
+        part = keys[:, :, start:stop]  # [B, H, n, D]
         dtype = torch.float64 if part.dtype == torch.float64 else torch.float32
-        out.append(part.to(dtype) @ direction(h * d, dtype, part.device))  # [B, n]
-    return torch.stack(out, dim=-1)
+        _, h, _, d = part.shape
+        out.append(torch.tensordot(part.to(dtype), direction(h, d, dtype, part.device), dims=([1, 3], [0, 1])))
+    return torch.stack(out, dim=-1)  # [B, n, 2]
 
 
 _DIRECTIONS: dict = {}
 
 
-def direction(size: int, dtype, device) -> torch.Tensor:
-    """A fixed unit-variance random direction ``[size]`` (seed 0, the same on every device)."""
-    key = (size, dtype, str(device))
+def direction(heads: int, dim: int, dtype, device) -> torch.Tensor:
+    """A fixed random direction ``[heads, dim]`` of unit expected norm (seed 0, the
+    same on every device)."""
+    key = (heads, dim, dtype, str(device))
     if key not in _DIRECTIONS:
         g = torch.Generator().manual_seed(0)
-        _DIRECTIONS[key] = (torch.randn(size, generator=g, dtype=torch.float64) / size ** 0.5).to(device, dtype)
+        d = torch.randn(heads, dim, generator=g, dtype=torch.float64) / (heads * dim) ** 0.5
+        _DIRECTIONS[key] = d.to(device, dtype)
     return _DIRECTIONS[key]
 
 
@@ -63,28 +65,46 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
 
 
 class _Table:
-    """One model's writes: rows indexed by request, columns by content index."""
+    """One model's writes: ``entries[row, j]`` = (fingerprint at layer 0, at the
+    last layer, token id) of content index ``j`` of the request in ``row``.
+
+    The token id is stored as a float beside the fingerprints so that one
+    gather reads both (exact: ids are far below 2**24). Two columns past
+    every index written so far are reserved: masked inputs are written into
+    the last (so no boolean indexing is needed), and reads beyond the
+    written range land in the one before it, which stays unwritten.
+    """
 
     def __init__(self, device, dtype):
         self.rows: dict = {}  # request -> ledger row
-        self.tokens = torch.full((0, 0), UNWRITTEN, dtype=torch.long, device=device)  # [R, N]
-        self.prints = torch.zeros((0, 0, 2), dtype=dtype, device=device)  # [R, N, 2]
+        self._last = None  # (requests, their rows [B, 1]) of the last call
+        self.entries = torch.zeros((0, 0, 3), dtype=dtype, device=device)  # [R, N, 3]
+
+    @property
+    def unwritten(self) -> int:
+        """The reserved column no write reaches."""
+        return self.entries.shape[1] - 2
 
     def index(self, requests: list) -> torch.Tensor:
-        """Ledger rows ``[B]`` of ``requests``, adding the new ones."""
-        for r in requests:
-            self.rows.setdefault(r, len(self.rows))
-        return torch.tensor([self.rows[r] for r in requests], device=self.tokens.device)
+        """Ledger rows ``[B, 1]`` of ``requests``, adding the new ones."""
+        key = tuple(requests)
+        if self._last is None or self._last[0] != key:
+            for r in requests:
+                self.rows.setdefault(r, len(self.rows))
+            self._last = (key, torch.tensor([[self.rows[r]] for r in requests], device=self.entries.device))
+            self.grow(len(self.rows), 0)
+        return self._last[1]
 
-    def grow(self, rows: int, columns: int) -> None:
-        r, n = self.tokens.shape
-        if rows <= r and columns <= n:
+    def grow(self, rows: int, written: int) -> None:
+        """Room for ``rows`` requests and content indices ``< written``."""
+        r, n = self.entries.shape[:2]
+        if rows <= r and written + 2 <= n:
             return
-        rows, columns = max(rows, 2 * r), max(columns, 2 * n)
-        tokens = self.tokens.new_full((rows, columns), UNWRITTEN)
-        prints = self.prints.new_zeros((rows, columns, 2))
-        tokens[:r, :n], prints[:r, :n] = self.tokens, self.prints
-        self.tokens, self.prints = tokens, prints
+        rows, columns = max(rows, 2 * r), max(written + 2, 2 * n, 8)
+        entries = self.entries.new_zeros((rows, columns, 3))
+        entries[..., 2] = UNWRITTEN
+        entries[:r, : max(n - 2, 0)] = self.entries[:, : max(n - 2, 0)]  # the old reserved columns stay unwritten
+        self.entries = entries
 
 
 class Ledger:
@@ -112,17 +132,16 @@ class Ledger:
         mask = call.attention_mask
         if mask.shape[1] != t + n:
             return
-        index = mask.long().cumsum(1)[:, t:] - 1  # [B, n] content index of each input
-        live = mask[:, t:] != 0  # [B, n]
         prints = fingerprints(view, t, t + n)  # [B, n, 2]
         table = self.tables.get(call.model)
         if table is None:
             table = self.tables[call.model] = _Table(prints.device, prints.dtype)
-        rows = table.index(requests)  # [B]
-        table.grow(len(table.rows), int(index.max()) + 1)
-        rows = rows[:, None].expand_as(index)
-        table.tokens[rows[live], index[live]] = call.input_ids[live].to(table.tokens.device)
-        table.prints[rows[live], index[live]] = prints[live]
+        rows = table.index(requests)  # [B, 1]
+        table.grow(len(table.rows), t + n)  # content indices are < t + n
+        spare = table.entries.shape[1] - 1  # masked inputs are written there
+        index = torch.where(mask[:, t:] != 0, mask.long().cumsum(1)[:, t:] - 1, spare)  # [B, n]
+        ids = call.input_ids.to(device=prints.device, dtype=prints.dtype)[..., None]  # [B, n, 1]
+        table.entries[rows, index] = torch.cat([prints, ids], dim=-1)
 
     def mark(self, call: ForwardCall) -> None:
         """``call`` was fingerprinted when it returned; :meth:`observe` skips it."""

@@ -24,10 +24,12 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
       :data:`~batchspec.invariants.ledger.TOLERANCE` (a slot moved to the wrong
       row or offset, or left behind by a realignment, holds another key).
 
-    Checked for both models at every step; needs no fresh forward. Off
-    (``[]``) without a ledger: the structural mode.
+    Checked for both models at every boundary step, where a realignment
+    rewrites the caches (between boundaries the calls only append, and every
+    slot they write is fingerprinted); needs no fresh forward. Off (``[]``)
+    without a ledger: the structural mode.
     """
-    if ledger is None:
+    if ledger is None or not obs.boundary:
         return []
     report = reporter(obs, "I6", "cache_provenance")
     need = obs.width - 1
@@ -36,36 +38,36 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
     for model, view in obs.caches.items():
         table = ledger.tables.get(model)
         span = min(need, view.length)
-        if table is None or not table.tokens.shape[1] or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
+        if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
             continue  # nothing written yet, or a shape I3 reports
-        mask = obs.mask[:, :span] != 0  # [B, span]
-        index = (obs.mask[:, :span].long().cumsum(1) - 1).clamp(min=0)  # [B, span]
-        known = [table.rows.get(r, -1) for r in requests]
-        rows = torch.tensor(known, device=table.tokens.device)[:, None].expand_as(index)  # [B, span]
-        inside = (rows >= 0) & (index < table.tokens.shape[1])
-        safe_rows, safe_index = rows.clamp(min=0), index.clamp(max=max(table.tokens.shape[1] - 1, 0))
-        written = torch.where(inside, table.tokens[safe_rows, safe_index], UNWRITTEN)  # [B, span]
-        now = fingerprints(view, 0, span)  # [B, span, 2]
-        then = table.prints[safe_rows, safe_index]  # [B, span, 2]
-        tol = TOLERANCE.get(now.dtype, 1e-4)
-        moved = ((now - then).abs() > tol * (1 + then.abs())).any(-1)  # [B, span]
-        grid = obs.tokens[:, :span].to(written.device)
-        bad = mask & ((written != grid) | moved)
+        live = obs.mask[:, :span] != 0  # [B, span]
+        index = (live.long().cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
+        then = table.entries[table.index(requests), index]  # [B, span, 3]
+        grid = obs.tokens[:, :span, None].to(then.device, then.dtype)  # [B, span, 1]
+        now = torch.cat([fingerprints(view, 0, span), grid], dim=-1)  # [B, span, 3]
+        tol = TOLERANCE.get(then.dtype, 1e-4)
+        close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)
+        bad = live & ~(close & (now[..., 2] == then[..., 2]))  # token ids exactly; NaN is never close
         for i in bad.any(1).nonzero().flatten().tolist():
-            s = int(bad[i].nonzero()[0])
-            j, x = int(index[i, s]), int(grid[i, s])
-            if int(written[i, s]) != x:
-                detail = (f"slot {s} (content index {j}) should hold the key of token {x}, but no "
-                          "forward call fed that token there" if int(written[i, s]) == UNWRITTEN else
-                          f"slot {s} (content index {j}) holds the key written for token {int(written[i, s])}")
-                out.append(report(i, f"key of token {x} at content index {j}",
-                                  f"written token {int(written[i, s])}", detail, model))
-            else:
-                out.append(report(i, [round(float(v), 6) for v in then[i, s]],
-                                  [round(float(v), 6) for v in now[i, s]],
-                                  f"slot {s} (content index {j}, token {x}) holds another key than the "
-                                  "one the forward call wrote for it (moved, shifted or overwritten)", model))
+            slot = int(bad[i].nonzero()[0])
+            j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
+            out.append(_explain(report, model, i, slot, j, now[i], then[i]))
     return out
+
+
+def _explain(report, model, row, slot, j, now, then) -> Violation:
+    """The violation of ``row``'s first bad ``slot`` (content index ``j``)."""
+    x, written = int(now[slot, 2]), int(then[slot, 2])
+    if written == UNWRITTEN:
+        return report(row, f"key of token {x} at content index {j}", "no write",
+                      f"slot {slot} (content index {j}) should hold the key of token {x}, but no forward "
+                      "call fed that token there", model)
+    if written != x:
+        return report(row, f"key of token {x} at content index {j}", f"written token {written}",
+                      f"slot {slot} (content index {j}) holds the key written for token {written}", model)
+    return report(row, [round(float(v), 6) for v in then[slot, :2]], [round(float(v), 6) for v in now[slot, :2]],
+                  f"slot {slot} (content index {j}, token {x}) holds another key than the one the forward "
+                  "call wrote for it (moved, shifted or overwritten)", model)
 
 
 def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Violation]:
