@@ -10,6 +10,7 @@ from the models' own forward calls. This package does not import
 """
 
 from .checker import check, violations
+from .holes import HOLE_AWARE
 from .ledger import Ledger
 from .observation import BOUNDARY_STEPS, MODELS, STEPS, CacheView, ForwardCall, KVOracle, Observation
 from .recorder import Watch, watch
@@ -17,6 +18,6 @@ from .registry import INVARIANTS
 from .violation import InvariantViolation, Violation
 
 __all__ = [
-    "BOUNDARY_STEPS", "CacheView", "ForwardCall", "INVARIANTS", "InvariantViolation",
+    "BOUNDARY_STEPS", "CacheView", "ForwardCall", "HOLE_AWARE", "INVARIANTS", "InvariantViolation",
     "KVOracle", "Ledger", "MODELS", "Observation", "STEPS", "Violation", "Watch", "check", "violations", "watch",
 ]

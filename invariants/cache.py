@@ -24,7 +24,8 @@ def cache_correspondence(obs: Observation, oracle: KVOracle | None = None) -> li
     * at a boundary, every slot is finite (a NaN in a masked padding slot
       still poisons attention: 0 x NaN = NaN). Checked there only: what a
       round writes and keeps is in the cache at its boundary;
-    * semantic mode (``oracle`` given): slots ``p_i .. L-2`` hold, within
+    * semantic mode (``oracle`` given): the slots ``< L - 1`` the grid mask
+      attends (``p_i .. L-2`` in the compact layout) hold, within
       :data:`TOLERANCE`, the keys/values a fresh single-sequence forward of
       the row's committed tokens produces.
     """
@@ -72,20 +73,20 @@ def _semantic(obs, model, view, oracle, report) -> list[Violation]:
     out = []
     need = obs.width - 1
     for i in range(obs.tokens.shape[0]):
-        p = obs.pad[i]
-        cached = obs.tokens[i, p:need].tolist()
+        slots = (obs.mask[i, :need] != 0).nonzero().flatten()  # live slots: p_i .. L-2 when compact
+        cached = obs.tokens[i, slots].tolist()
         if not cached:
             continue
         fresh = oracle(model, cached)
         for layer, ((keys, values), (fk, fv)) in enumerate(zip(view.layers, fresh)):
             tol = TOLERANCE.get(keys.dtype, 1e-2)
             for kind, got, ref in (("keys", keys, fk), ("values", values, fv)):
-                got = got[i, :, p:need].to(ref.dtype)  # [H, n, D]
+                got = got[i][:, slots.to(got.device)].to(ref.dtype)  # [H, n, D]
                 err = ((got - ref[0]).abs() / (1 + ref[0].abs())).amax(dim=(0, 2))  # [n]
                 if bool((err > tol).any()):
                     j = int((err > tol).nonzero()[0])
                     out.append(report(i, f"{kind} of content token {j} within {tol:g}",
-                                      f"relative error {float(err[j]):.3g} at layer {layer}, slot {p + j}",
+                                      f"relative error {float(err[j]):.3g} at layer {layer}, slot {int(slots[j])}",
                                       "cached key/value differs from a fresh single-sequence forward", model))
                     return out
     return out

@@ -39,8 +39,9 @@ def fingerprints(view: CacheView, start: int, stop: int) -> torch.Tensor:
     for keys, _values in (view.layers[0], view.layers[-1]):
         part = keys[:, :, start:stop]  # [B, H, n, D]
         dtype = torch.float64 if part.dtype == torch.float64 else torch.float32
-        _, h, _, d = part.shape
-        out.append(torch.tensordot(part.to(dtype), direction(h, d, dtype, part.device), dims=([1, 3], [0, 1])))
+        b, h, n, d = part.shape
+        flat = part.transpose(1, 2).reshape(b, n, h * d).to(dtype)  # [B, n, H*D]
+        out.append(flat @ direction(h, d, dtype, part.device).reshape(h * d))  # [B, n]
     return torch.stack(out, dim=-1)  # [B, n, 2]
 
 
@@ -165,7 +166,7 @@ class Ledger:
                 self.pending.pop(r, None)
         if obs.committed is not None:
             for i, r in enumerate(self.requests(obs)):
-                self.pending[r] = (obs.content(i), list(obs.committed[i]))
+                self.pending[r] = (obs.live_content(i), list(obs.committed[i]))
 
     @staticmethod
     def requests(obs: Observation) -> list:

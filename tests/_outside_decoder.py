@@ -18,8 +18,13 @@ def left_pad(rows):
     return tokens, mask
 
 
-def forward(model, cache, ids, mask):
-    positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -ids.shape[1]:]  # content index of each input
+def forward(model, cache, ids, mask, slots=False):
+    """``slots``: positions count grid slots, holes included (the BSP masking bug)."""
+    if slots:
+        positions = torch.arange(mask.shape[1]) - (mask.cumsum(1) == 0).sum(1, keepdim=True)
+    else:
+        positions = mask.cumsum(1) - 1  # content index
+    positions = positions.clamp(min=0)[:, -ids.shape[1]:]
     return model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache).logits
 
 
@@ -65,4 +70,33 @@ def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=
         caches = [repad(target, caches[0], pad, keep0 if bug == "batch_min" else keep, tokens.shape[1] - 1),
                   repad(draft, caches[1], pad, keep, tokens.shape[1] - 1)]
         on_boundary(tokens, mask, target_cache=caches[0], draft_cache=caches[1])
+    return [o[:n] for o in out]
+
+
+@torch.no_grad()
+def decode_holes(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, slots=False):
+    """The same rounds, but nothing moves: rejected drafts stay in the grid as
+    holes (mask 0) and the bonus token takes the round's last slot (Spec §7.1)."""
+    tokens, mask = left_pad([list(p) for p in prompts])
+    out = [[] for _ in prompts]
+    caches = [DynamicCache(config=target.config), DynamicCache(config=draft.config)]
+    for model, cache in zip((target, draft), caches):
+        forward(model, cache, tokens[:, :-1], mask[:, :-1], slots)
+    on_boundary(tokens, mask)
+    while min(map(len, out)) < n:
+        b = tokens.shape[0]
+        drafts = tokens[:, :0]
+        for j in range(k + 1):
+            fed = tokens[:, -1:] if j == 0 else drafts[:, -1:]
+            logits = forward(draft, caches[1], fed, torch.cat([mask, mask.new_ones(b, j)], 1), slots)
+            drafts = torch.cat([drafts, logits[:, -1:].argmax(-1)], 1) if j < k else drafts
+        choice = forward(target, caches[0], torch.cat([tokens[:, -1:], drafts], 1),
+                         torch.cat([mask, mask.new_ones(b, k)], 1), slots).argmax(-1)  # [B, k+1]
+        m = (drafts == choice[:, :-1]).long().cumprod(1).sum(1)  # [B]
+        bonus = choice.gather(1, m[:, None])  # [B, 1]
+        for i in range(b):
+            out[i] += drafts[i, :m[i]].tolist() + [int(bonus[i])]
+        tokens = torch.cat([tokens, drafts, bonus], 1)
+        mask = torch.cat([mask, (torch.arange(k)[None, :] < m[:, None]).long(), mask.new_ones(b, 1)], 1)
+        on_boundary(tokens, mask)
     return [o[:n] for o in out]
