@@ -78,7 +78,7 @@ class CacheView:
 
     @classmethod
     def from_hf(cls, cache) -> "CacheView":
-        """The view of a Hugging Face ``Cache`` (e.g. ``DynamicCache``), read
+        """The view of a Hugging Face ``Cache`` (the dynamic one, for instance), read
         through its public iteration (``for keys, values, *_ in cache``);
         ``None`` gives an empty view."""
         if cache is None:

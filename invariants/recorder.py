@@ -28,6 +28,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from transformers import Cache
 
 from .checker import violations as check_all
 from .ledger import Ledger
@@ -73,7 +74,8 @@ class Watch:
         def hook(_module, _args, kwargs):
             if self._checking:
                 return
-            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            # whichever keyword carries it (``cache=``; the deprecated spelling too)
+            cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
             t = CacheView.from_hf(cache).length
             if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
                 raise ValueError(f"watch: the {name} model ran with another cache object than the one "
@@ -87,7 +89,7 @@ class Watch:
             if self._checking:
                 return
             cache, t = self._pending.pop(name)
-            cache = cache if cache is not None else getattr(output, "cache", getattr(output, "past_key_values", None))
+            cache = cache if cache is not None else getattr(output, "cache", None)  # one the model made
             self.caches[name] = cache
             self._record(name, self._call(name, args, kwargs, t, output.logits), cache)
         return hook

@@ -18,7 +18,7 @@ import sys
 from .errors import UsageError
 
 #: the command modules, in the order ``--help`` lists them
-COMMANDS = ("demo", "compare", "audit", "models")
+COMMANDS = ("demo", "compare", "audit", "models", "conformance")
 
 
 def parser() -> argparse.ArgumentParser:
