@@ -14,6 +14,7 @@ import torch
 from .driver import checks, drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
+from .reference.draft_policy import AutoK
 from .stats import Stats
 from .validate import validate
 
@@ -28,9 +29,22 @@ class GenerationResult:
     violations: list = field(default_factory=list)
 
 
+def draft_policy(models: Models, num_draft_tokens, batch_size: int):
+    """``num_draft_tokens`` as the methods take it: the int, or for ``"auto"``
+    an :class:`AutoK` over forward costs measured now, before decoding, at
+    batch 1 and ``batch_size`` (Spec §4.2.2). Plain decoding takes ``k = 0``."""
+    if num_draft_tokens != "auto":
+        return num_draft_tokens
+    if models.draft is None:
+        return 0
+    from .bench.costs import measure_costs
+
+    return AutoK(measure_costs(models.target, models.draft, {1, batch_size}))
+
+
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
              batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
-             sort_by_length=True) -> GenerationResult:
+             sort_by_length=None) -> GenerationResult:
     """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4).
 
     Greedy output equals, token for token, the target's own batch-1 greedy
@@ -39,18 +53,25 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     violation: I1–I7, cache contents by provenance fingerprints);
     ``"structural"`` (I1–I5 only, no history); ``"semantic"`` (also recompute
     every cached key/value with a fresh forward); ``"record"`` (the checks of
-    ``True``, every violation collected in ``result.violations``, run to the end). ``window_size`` and
-    ``sort_by_length`` apply to ``method="exspec"``.
+    ``True``, every violation collected in ``result.violations``, run to the
+    end). ``window_size`` and
+    ``sort_by_length`` (default True) apply to ``method="exspec"`` only;
+    given to another method they raise. Every mistake raises ``ValueError`` or
+    ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens="auto"`` chooses ``k'``
+    per round from forward costs measured before decoding and the running
+    acceptance (Spec §4.2.2); each round's record (``result.stats.per_round``)
+    says the ``k'`` it drafted.
     """
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
-                   batch_size, eos_token_id, check_invariants)
+                   batch_size, eos_token_id, check_invariants, window_size=window_size,
+                   sort_by_length=sort_by_length)
     spec = METHODS[method]
     models = Models(target, draft if spec.needs_draft else None)
     config = DecodeConfig(
-        k=num_draft_tokens, max_new_tokens=max_new_tokens,
+        k=draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
-        sort_by_length=sort_by_length)
+        sort_by_length=sort_by_length is not False)
     oracle, ledger = checks(check_invariants, target, draft)
     stats, found, outputs = Stats(method), [], {}
     start = time.perf_counter()
@@ -60,4 +81,6 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     stats.wall_seconds = time.perf_counter() - start
     sequences = [outputs[r].tokens for r in range(len(prompts))]
     stats.generated_tokens = sum(map(len, sequences))
-    return GenerationResult(sequences, stats, [outputs[r].stop for r in range(len(prompts))], found)
+    # with nothing to generate no row runs, and every row stopped at its budget
+    stops = [outputs[r].stop or ("length" if max_new_tokens == 0 else None) for r in range(len(prompts))]
+    return GenerationResult(sequences, stats, stops, found)

@@ -136,6 +136,26 @@ def classify(verdict: PromptAudit, prompt: list[int], reference: list[int], targ
     verdict.classification = NUMERIC if verdict.gap <= verdict.tolerance else ALGORITHMIC
 
 
+def check_ids(prompts, references, candidates, target=None) -> None:
+    """A ``ValueError`` naming the list, the prompt and the position of the first
+    entry that is not a token id: not an int, negative, or (with ``target``)
+    outside its vocabulary. A negative id would index the logits from the end
+    and could be labelled a numeric near-tie."""
+    from .validate import vocab_size
+
+    vocab = vocab_size(target) if target is not None else None
+    for name, lists in (("prompts", prompts), ("references", references), ("candidates", candidates)):
+        if not isinstance(lists, (list, tuple)):
+            raise TypeError(f"{name} must be a list of lists of token ids, got {type(lists).__name__}")
+        for i, ids in enumerate(lists):
+            if not isinstance(ids, (list, tuple)):
+                raise TypeError(f"{name}[{i}] must be a list of token ids, got {type(ids).__name__}")
+            for j, t in enumerate(ids):
+                if isinstance(t, bool) or not isinstance(t, int) or t < 0 or (vocab and t >= vocab):
+                    bound = f"[0, {vocab})" if vocab else ">= 0"
+                    raise ValueError(f"{name}[{i}][{j}] = {t!r} is not a token id {bound}")
+
+
 def audit(prompts, references, candidates, target=None, dtype: torch.dtype | None = None,
           factor: float = FACTOR) -> AuditReport:
     """Audit ``candidates`` against ``references`` (lists of new token ids per prompt).
@@ -145,7 +165,9 @@ def audit(prompts, references, candidates, target=None, dtype: torch.dtype | Non
     is accurate); without it divergences are ``"unclassified"``. ``dtype``: the
     precision the compared outputs were produced in (the lower of the two);
     defaults to the target's dtype. ``factor`` overrides :data:`FACTOR`.
+    Ids that are not tokens (:func:`check_ids`) raise before any forward.
     """
+    check_ids(prompts, references, candidates, target)
     if not (len(prompts) == len(references) == len(candidates)):
         raise ValueError(f"prompts, references and candidates differ in number: "
                          f"{len(prompts)}, {len(references)}, {len(candidates)}")

@@ -25,7 +25,7 @@ from .validate import window
 class DecodeConfig:
     """Everything a method needs besides the models and the prompts."""
 
-    k: int  # num_draft_tokens
+    k: object  # num_draft_tokens: an int, or a draft-length policy (Spec §4.2.2)
     max_new_tokens: int
     eos: torch.Tensor | None  # [E] EOS ids, or None
     batch_size: int

@@ -1,11 +1,28 @@
-"""Input validation for :func:`batchspec.generate`: clear errors before any model runs."""
+"""Input validation for :func:`batchspec.generate` and the :class:`~batchspec.scheduler.Scheduler`:
+a clear error naming the argument and the problem, before any model runs.
+
+One function per argument group (the models, the prompts, the counts, the
+method's own options, EOS), called in that order by :func:`validate`; a new
+group of arguments (sampling, say) adds its own function and one call.
+Every rejected input and its message is listed in ``docs/errors.md``.
+"""
 
 from __future__ import annotations
 
+import torch
+
 CHECK_MODES = (False, True, "structural", "record", "semantic")
 
+#: Options that only some methods read; passing one to another method is an error, not a silent no-op.
+METHOD_OPTIONS = {"window_size": ("exspec",), "sort_by_length": ("exspec",)}
 
-def _int(name: str, value, low: int) -> None:
+#: Methods whose positions provably stay below ``len(prompt) + max_new_tokens`` (Spec §4.2:
+#: ``k' <=`` every row's remaining budget). The broken alternatives keep a margin of ``k``.
+TIGHT_LENGTH = ("eqspec", "exspec", "autoregressive")
+
+
+def require_int(name: str, value, low: int) -> None:
+    """``value`` is an int (not a bool) ``>= low``, else a ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if value < low:
@@ -20,56 +37,139 @@ def vocab_size(model) -> int:
     return int(model.config.vocab_size)
 
 
+def context_window(model) -> int | None:
+    """Positions ``model`` can attend over (``max_position_embeddings`` or its GPT-2 name), or None."""
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(model.config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_model(model, role: str) -> None:
+    """``model`` is a decoder-only causal LM with an LM head, in eval mode, that batchspec can run."""
+    if isinstance(model, str):
+        raise TypeError(f"{role}: got the string {model!r}, not a model; load it first, e.g. "
+                        f"AutoModelForCausalLM.from_pretrained({model!r}, attn_implementation='sdpa')")
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        swapped = " (arguments in the wrong order? generate(target, draft, prompts, ...))" \
+            if isinstance(model, (list, tuple)) else ""
+        raise TypeError(f"{role} must be a transformers causal LM, got {type(model).__name__}{swapped}")
+    name = type(model).__name__
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{role}: {name} is an encoder-decoder model; batchspec decodes decoder-only causal LMs")
+    if not hasattr(model, "get_output_embeddings") or model.get_output_embeddings() is None:
+        raise ValueError(f"{role}: {name} has no LM head (a base model); load it with AutoModelForCausalLM")
+    if model.training:
+        raise ValueError(f"{role} is in training mode (dropout would make the output random and wrong); "
+                         f"call {role}.eval() first")
+    from .reference.cache import check_supported
+
+    check_supported(model, role)
+
+
+def check_pair(target, draft) -> None:
+    """``draft`` can speculate for ``target``: one vocabulary, one device, one dtype."""
+    if draft is None:
+        return
+    vocab, other = vocab_size(target), vocab_size(draft)
+    if other != vocab:
+        raise ValueError(f"draft: vocabulary size {other} differs from the target's {vocab}; if the ids agree "
+                         f"on the shared range (padded embeddings), trim the larger model with "
+                         f"resize_token_embeddings({min(vocab, other)})")
+    if draft.device != target.device:
+        raise ValueError(f"draft: on device {draft.device}, target on {target.device}")
+    if draft.dtype != target.dtype:
+        raise ValueError(f"draft: dtype {draft.dtype}, target {target.dtype}")
+
+
+def check_counts(num_draft_tokens, max_new_tokens, batch_size, check_invariants) -> None:
+    """``k >= 1``, ``max_new_tokens >= 0``, ``batch_size`` None or ``>= 1``, a known check mode."""
+    require_int("num_draft_tokens", num_draft_tokens, 1)
+    require_int("max_new_tokens", max_new_tokens, 0)
+    if batch_size is not None:
+        require_int("batch_size", batch_size, 1)
+    if not isinstance(check_invariants, (bool, str)) or check_invariants not in CHECK_MODES:
+        # (0 == False and 1 == True, but they are not modes)
+        raise ValueError(f"check_invariants must be one of {CHECK_MODES}, got {check_invariants!r}")
+
+
+def check_method_options(method: str, **options) -> None:
+    """An option given (not None) to a method that does not read it is refused (:data:`METHOD_OPTIONS`)."""
+    for name, value in options.items():
+        if value is not None and method not in METHOD_OPTIONS[name]:
+            raise ValueError(f"{name} applies to method {' or '.join(map(repr, METHOD_OPTIONS[name]))} only, "
+                             f"not {method!r}; leave it None")
+
+
+def check_prompts(prompts, vocab: int) -> None:
+    """A list of non-empty lists of int token ids in ``[0, vocab)``."""
+    if isinstance(prompts, torch.nn.Module):
+        raise TypeError("prompts: got a model (arguments in the wrong order? generate(target, draft, prompts, ...))")
+    if not isinstance(prompts, (list, tuple)):
+        hint = "; use .tolist()" if isinstance(prompts, torch.Tensor) else \
+            "; encode text with a tokenizer first" if isinstance(prompts, str) else ""
+        raise ValueError(f"prompts must be a list of lists of token ids, got {type(prompts).__name__}{hint}")
+    for i, prompt in enumerate(prompts):
+        if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
+            hint = " (one prompt? wrap it in a list: [prompt])" if isinstance(prompt, int) else ""
+            raise ValueError(f"prompts[{i}] must be a non-empty list of token ids, got {prompt!r:.60}{hint}")
+        for j, t in enumerate(prompt):
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+                raise ValueError(f"prompts[{i}][{j}] = {t!r} ({type(t).__name__}) is not a token id in [0, {vocab})")
+
+
+def check_lengths(prompts, reach: int, models: dict) -> None:
+    """Every prompt plus the ``reach`` positions decoding can add fits every model's context window
+    (a model with learned positions would otherwise fail inside torch after several forwards)."""
+    for role, model in models.items():
+        limit = context_window(model)
+        for i, prompt in enumerate(prompts):
+            if limit is not None and len(prompt) + reach > limit:
+                raise ValueError(f"prompts[{i}]: {len(prompt)} tokens + {reach} more positions exceed the "
+                                 f"{role}'s context window of {limit} (config.max_position_embeddings); "
+                                 f"shorten the prompt or lower max_new_tokens")
+
+
 def eos_ids(eos_token_id, vocab: int) -> list[int]:
     """Normalise ``eos_token_id`` (None, int or list of ints) to a list."""
     if eos_token_id is None:
         return []
     ids = [eos_token_id] if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool) else eos_token_id
-    if not isinstance(ids, (list, tuple)) or not ids:
+    if not isinstance(ids, (list, tuple, set, frozenset)) or not ids:
         raise ValueError(f"eos_token_id must be None, an int or a non-empty list of ints, got {eos_token_id!r}")
     for e in ids:
         if isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < vocab:
             raise ValueError(f"eos_token_id: {e!r} is not a token id in [0, {vocab})")
-    return list(ids)
+    return sorted(set(ids))
 
 
 def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_tokens,
-             batch_size, eos_token_id, check_invariants) -> list[int]:
-    """Raise ``ValueError`` naming the argument and the problem; return EOS ids."""
-    if method not in methods:
-        raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
-    _int("num_draft_tokens", num_draft_tokens, 1)
-    _int("max_new_tokens", max_new_tokens, 0)
-    if batch_size is not None:
-        _int("batch_size", batch_size, 1)
-    if check_invariants not in CHECK_MODES:
-        raise ValueError(f"check_invariants must be one of {CHECK_MODES}, got {check_invariants!r}")
-    from .reference.cache import check_supported
+             batch_size, eos_token_id, check_invariants, *, window_size=None, sort_by_length=None,
+             overshoot: int = 0) -> list[int]:
+    """Raise ``ValueError`` / ``TypeError`` naming the argument and the problem; return EOS ids.
 
-    check_supported(target, "target")
+    ``overshoot``: positions a row may reach past its budget (the scheduler's
+    per-request budgets, Spec §8.6).
+    """
+    if not isinstance(method, str) or method not in methods:
+        raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
+    if num_draft_tokens == "auto" and method not in TIGHT_LENGTH:  # the methods whose rounds take a policy's k
+        raise ValueError(f"num_draft_tokens='auto' is supported by methods {TIGHT_LENGTH}, not {method!r}")
+    check_counts(1 if num_draft_tokens == "auto" else num_draft_tokens, max_new_tokens, batch_size, check_invariants)
+    check_method_options(method, window_size=window_size, sort_by_length=sort_by_length)
+    check_model(target, "target")
     vocab = vocab_size(target)
+    used = {"target": target}
     if methods[method].needs_draft:
         if draft is None:
             raise ValueError(f"draft: method {method!r} needs a draft model, got None")
-        check_supported(draft, "draft")
-        if vocab_size(draft) != vocab:
-            raise ValueError(f"draft: vocabulary size {vocab_size(draft)} differs from the target's {vocab}")
-        if draft.device != target.device:
-            raise ValueError(f"draft: on device {draft.device}, target on {target.device}")
-        if draft.dtype != target.dtype:
-            raise ValueError(f"draft: dtype {draft.dtype}, target {target.dtype}")
-    if not isinstance(prompts, (list, tuple)):
-        raise ValueError(f"prompts must be a list of lists of token ids, got {type(prompts).__name__}")
-    limit = getattr(target.config, "max_position_embeddings", None)
-    for i, prompt in enumerate(prompts):
-        if not isinstance(prompt, (list, tuple)) or len(prompt) == 0:
-            raise ValueError(f"prompts[{i}] must be a non-empty list of token ids, got {prompt!r}")
-        for j, t in enumerate(prompt):
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
-                raise ValueError(f"prompts[{i}][{j}] = {t!r} is not a token id in [0, {vocab})")
-        if limit and len(prompt) + max_new_tokens + num_draft_tokens > limit:
-            raise ValueError(f"prompts[{i}]: {len(prompt)} tokens + max_new_tokens {max_new_tokens} "
-                             f"+ num_draft_tokens exceeds the target's max_position_embeddings {limit}")
+        check_model(draft, "draft")
+        check_pair(target, draft)
+        used["draft"] = draft
+    check_prompts(prompts, vocab)
+    reach = max_new_tokens + overshoot + (0 if method in TIGHT_LENGTH else num_draft_tokens)
+    check_lengths(prompts, reach, used)
     return eos_ids(eos_token_id, vocab)
 
 
@@ -78,7 +178,7 @@ def window(window_size: int | None, batch_size: int, default: int) -> int:
     (a window smaller than the batch could never fill it)."""
     if window_size is None:
         return default
-    _int("window_size", window_size, 1)
+    require_int("window_size", window_size, 1)
     if window_size < batch_size:
         raise ValueError(f"window_size must be >= batch_size ({batch_size}), got {window_size}")
     return window_size

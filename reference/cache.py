@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 __all__ = [
     "new_cache",
@@ -35,9 +36,126 @@ __all__ = [
 ]
 
 
-def new_cache(model) -> DynamicCache:
-    """An empty dynamic cache for ``model``."""
-    return DynamicCache(config=model.config)
+class Store:
+    """One tensor per model holding every layer's keys and values (Spec §2.3):
+    ``data[2l]`` / ``data[2l + 1]`` are layer ``l``'s keys / values, ``[B,
+    kv_heads, capacity, head_dim]`` each, of which the first ``rows`` rows and
+    ``length`` slots are live. Stacking the layers is what makes the
+    realignment of Spec §4.5 one gather per model whatever the layer count,
+    and spare capacity is what lets a forward call append its slots in place
+    instead of concatenating (copying) the whole cache, as ``DynamicCache`` does.
+    """
+
+    def __init__(self, layers: int):
+        self.data: torch.Tensor | None = None  # [2·layers, B, H, capacity, D]
+        self.rows = 0
+        self.appended = 0  # slots appended since the last realignment (a round's speculative slots)
+        self.spare = 8  # capacity a realignment leaves after the live slots: the most a round appended
+        self.layers = [StackedLayer(self, index) for index in range(layers)]
+
+    def allocate(self, like: torch.Tensor, rows: int, capacity: int) -> None:
+        """Zeroed storage for ``rows`` rows, heads and head dim as ``like`` ``[*,
+        H, *, D]``; zeros keep never-written slots finite (I3)."""
+        self.data = like.new_zeros((2 * len(self.layers), rows, like.shape[1], capacity, like.shape[3]))
+        self.rows = rows
+
+    def fill(self, length: int) -> None:
+        """Declare ``length`` slots of every layer live (after a bulk write)."""
+        for layer in self.layers:
+            layer.length, layer.is_initialized, layer.device = length, True, self.data.device
+        self.refresh()
+
+    def grow(self, needed: int) -> None:
+        """Move to a larger buffer (one copy, amortised: capacity grows by half)."""
+        old = self.data
+        self.data = old.new_zeros(old.shape[:3] + (max(needed, old.shape[3] * 3 // 2 + 8),) + old.shape[4:])
+        self.data[:, :, :, : old.shape[3]] = old
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Point every layer's ``keys`` / ``values`` at its live slots (views)."""
+        for layer in self.layers:
+            layer.view()
+
+
+class StackedLayer(CacheLayerMixin):
+    """One model layer's cache as views into the model's :class:`Store`.
+
+    ``keys`` / ``values`` are always ``[B, H, T, D]`` views of exactly the
+    live slots, so transformers' attention and :func:`layer_tensors` read
+    them as they would a ``DynamicLayer``'s tensors.
+    """
+
+    is_sliding = False
+    is_croppable = True
+
+    def __init__(self, store: Store, index: int):
+        super().__init__()
+        self.store, self.index, self.length = store, index, 0
+
+    def view(self) -> None:
+        data = self.store.data
+        self.keys = data[2 * self.index, : self.store.rows, :, : self.length]
+        self.values = data[2 * self.index + 1, : self.store.rows, :, : self.length]
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        if self.store.data is None:
+            n = key_states.shape[2]
+            self.store.allocate(key_states, key_states.shape[0], n + max(n // 2, 16))
+        self.device = key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        """Write ``n`` new slots after the live ones, in place; return the views."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        data, n = self.store.data, key_states.shape[2]
+        if key_states.shape[:2] != (self.store.rows, data.shape[2]) or key_states.shape[3] != data.shape[4]:
+            raise ValueError(f"cache layer {self.index}: keys {tuple(key_states.shape)} do not fit the stacked "
+                             f"cache {tuple(data.shape)} (every layer must have the same kv heads and head dim)")
+        if self.length + n > data.shape[3]:
+            self.store.grow(self.length + n)
+            data = self.store.data
+        live = slice(0, self.store.rows)
+        data[2 * self.index, live, :, self.length: self.length + n] = key_states
+        data[2 * self.index + 1, live, :, self.length: self.length + n] = value_states
+        if self.index == 0 and self.length:  # appends after the first fill, counted once per call
+            self.store.appended += n
+        self.length += n
+        self.view()
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop ``-tokens_to_remove`` trailing slots (transformers' negative count)."""
+        self.length += tokens_to_remove
+        self.view()
+
+    def reset(self) -> None:
+        self.length = 0
+        if self.is_initialized:
+            self.view()
+
+
+class StackedCache(Cache):
+    """A transformers ``Cache`` whose layers share one :class:`Store`."""
+
+    def __init__(self, layers: int):
+        self.store = Store(layers)
+        super().__init__(layers=self.store.layers)
+
+
+def new_cache(model) -> StackedCache:
+    """An empty layer-stacked cache for ``model`` (Spec §2.3)."""
+    return StackedCache(model.config.get_text_config(decoder=True).num_hidden_layers)
 
 
 def check_supported(model, name: str) -> None:
@@ -49,82 +167,88 @@ def check_supported(model, name: str) -> None:
             "attn_implementation='sdpa' (eager attention in float64 with left padding gives "
             "NaN in transformers 5.24: fully masked query rows)"
         )
-    cache = new_cache(model)
-    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+    layer_types = DynamicCache(config=model.config).layers  # what transformers would build for this model
+    if any(getattr(layer, "is_sliding", False) for layer in layer_types):
         raise ValueError(
             f"{name}: sliding-window cache layers are not supported (their slots are not the "
             "sequence positions that the realignment of Spec §4.5 moves)"
         )
 
 
-def cache_length(cache: DynamicCache) -> int:
+def cache_length(cache: StackedCache) -> int:
     """Number of slots ``T`` held by every layer (0 for an empty cache)."""
     return cache.get_seq_length()
 
 
-def layer_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer ``(keys, values)``, each ``[B, kv_heads, T, head_dim]`` (no copy)."""
-    out = []
-    for layer in cache.layers:
-        if getattr(layer, "is_initialized", False) and layer.keys is not None and layer.keys.numel():
-            out.append((layer.keys, layer.values))
-    return out
+def layer_tensors(cache: StackedCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer ``(keys, values)``, each ``[B, kv_heads, T, head_dim]``: views
+    of exactly the live slots (no copy)."""
+    return [(layer.keys, layer.values) for layer in cache.layers if layer.is_initialized and layer.length]
 
 
-def crop_to(cache: DynamicCache, length: int) -> None:
+def crop_to(cache: StackedCache, length: int) -> None:
     """Drop trailing slots so that ``length`` remain (no-op if already that long)."""
     extra = cache_length(cache) - length
     if extra < 0:
         raise ValueError(f"cannot crop a cache of {cache_length(cache)} slots to {length}")
     if extra:
         cache.crop(-extra)
+    cache.store.spare = max(cache.store.spare, cache.store.appended)
+    cache.store.appended = 0
 
 
-def realign(cache: DynamicCache, rows: torch.Tensor, slots: torch.Tensor) -> None:
-    """Move cache entries in place: new ``[b, :, s]`` = old ``[rows[b], :, slots[b, s]]``.
+def realign(cache: StackedCache, rows: torch.Tensor, slots: torch.Tensor) -> None:
+    """Move cache entries: new ``[b, :, s]`` = old ``[rows[b], :, slots[b, s]]``.
 
-    One advanced-indexing gather per cache tensor and no Python loop over rows
-    (Spec §4.5). ``rows``: ``[B']`` kept batch rows; ``slots``: ``[B', T']``.
+    One ``index_select`` over the layer-stacked tensor, whatever the layer
+    count, and no Python loop over rows (Spec §4.5). Its result *is* the new
+    storage: the gather also lays out ``spare`` slots after the ``T'`` moved
+    ones (copies of slot 0, finite, never attended before they are written),
+    so the next round appends its speculative slots in place and the
+    realignment is the only copy of the cache a round makes.
+    ``rows``: ``[B']`` kept batch rows; ``slots``: ``[B', T']``.
     """
+    store = cache.store
+    if store.data is None:
+        return
+    layers2, _, heads, capacity, dim = store.data.shape
+    width = slots.shape[1]
+    store.spare = max(store.spare, store.appended)
+    room = torch.cat([slots, slots.new_zeros((slots.shape[0], store.spare))], dim=1)  # [B', T' + spare]
+    # flat index of source (row, head, slot) along the [B·H·capacity] axis: [B'·H·(T' + spare)]
+    flat = (rows[:, None, None] * heads * capacity + torch.arange(heads, device=rows.device)[None, :, None]
+            * capacity + room[:, None, :]).reshape(-1)
+    moved = store.data.view(layers2, -1, dim).index_select(1, flat)  # [2·layers, B'·H·(T' + spare), D]
+    store.data = moved.view(layers2, rows.numel(), heads, room.shape[1], dim)
+    store.rows, store.appended = rows.numel(), 0
     for layer in cache.layers:
-        if not getattr(layer, "is_initialized", False) or layer.keys is None or not layer.keys.numel():
-            continue
-        r = rows[:, None]  # [B', 1]
-        # old[r, :, slots] -> [B', T', H, D]; back to [B', H, T', D]
-        layer.keys = layer.keys[r, :, slots].transpose(1, 2)
-        layer.values = layer.values[r, :, slots].transpose(1, 2)
+        layer.length = width
+    store.refresh()
 
 
-def stack(model, rows: list[list], pad: list[int]) -> DynamicCache:
+def stack(model, rows: list[list], pad: list[int]) -> StackedCache:
     """One batch cache from per-sequence tensors (EXSPEC, Spec §8.3).
 
     ``rows[b]`` is one sequence's cache as :func:`layer_tensors` gives it (per
     layer ``(keys, values)`` ``[1, H, T_b, D]``; ``[]`` when nothing is cached
     yet). Row ``b`` of the result is ``pad[b]`` zero slots, then its slots;
     the caller chooses ``pad[b] = T - T_b``. With every ``pad[b] = 0`` (a
-    same-length group) it is one ``torch.cat`` per tensor: no padding, no
-    shift. Otherwise it is the fallback realignment: one zeroed ``[B, H, T,
-    D]`` tensor per cache tensor and one copy per row into slots ``pad[b]
-    ..``. Padding slots are masked; zeros keep them finite (I3).
+    same-length group) no slot moves; otherwise this is the fallback
+    realignment. Either way it is one concatenation and one write per row
+    into the layer-stacked storage. Padding slots are masked; zeros keep them
+    finite (I3).
     """
     cache = new_cache(model)
     template = next((r for r in rows if r), None)
     if template is None:  # nothing cached in any row
         return cache
     width = max(p + (r[0][0].shape[2] if r else 0) for p, r in zip(pad, rows))
-    for layer, (target, pair) in enumerate(zip(cache.layers, template)):
-        out = []
-        for kind, ref in enumerate(pair):
-            if not any(pad):
-                out.append(torch.cat([r[layer][kind] for r in rows], dim=0))
-                continue
-            full = ref.new_zeros((len(rows), ref.shape[1], width, ref.shape[3]))  # [B, H, T, D]
-            for b, (p, r) in enumerate(zip(pad, rows)):
-                if r:
-                    full[b, :, p:] = r[layer][kind][0]
-            out.append(full)
-        target.update(out[0][..., :0, :], out[1][..., :0, :])  # initialise through the public path
-        target.keys, target.values = out
+    store = cache.store
+    store.allocate(template[0][0], len(rows), width + 16)
+    for b, (p, r) in enumerate(zip(pad, rows)):
+        if r:
+            store.data[:, b, :, p:width] = torch.cat([t for pair in r for t in pair])  # [2·layers, H, T_b, D]
+    store.fill(width)
     return cache
 
 

@@ -13,6 +13,7 @@ from typing import Generator
 import torch
 
 from . import acceptance, state as layout, steps as transitions
+from .draft_policy import draft_length, observe_round
 from .state import BatchState, RowOutput
 from .steps import Models, Round
 
@@ -69,8 +70,9 @@ Decoder = Generator[Event, None, dict[int, RowOutput]]
 
 def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int,
            max_new_tokens: int, eos: torch.Tensor | None, steps: Steps = STEPS) -> Decoder:
-    """Decode one batch with EQSPEC (``k >= 1``) or, with ``models.draft is
-    None`` and ``k = 0``, plain autoregressive decoding through the same
+    """Decode one batch with EQSPEC (``k >= 1``, or a draft-length policy such
+    as :class:`~.draft_policy.AutoK`, Spec §4.2.2) or, with ``models.draft
+    is None`` and ``k = 0``, plain autoregressive decoding through the same
     padding machinery. Returns each request's output (Spec §4)."""
     outputs = {r: RowOutput() for r in requests}
     if max_new_tokens == 0:
@@ -111,10 +113,10 @@ def speculate(models, state: BatchState, k, max_new_tokens, eos,
     logits = steps.verify(models, state, rnd, calls)  # [B, k'+1, V]
     verdict = steps.accept(rnd.drafts, logits)
     a, eos_hit, finished = steps.commit_counts(verdict, budget, eos)  # [B] each
-    committed = [verdict.proposal[i, : int(a[i])].tolist() for i in range(state.batch)]
+    committed = [row[:n] for row, n in zip(verdict.proposal.tolist(), a.tolist())]  # two host syncs, not 2·B
     yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed)
-    # 3. A staying row that accepted all k' drafts needs the last draft's KV (Spec §4.2.1).
-    if rnd.k and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
+    # 3. A staying row that accepted all k' drafts (every row when k' = 0) needs the last fed token's KV (Spec §4.2.1).
+    if models.draft is not None and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
         calls = []
         steps.catch_up(models, state, rnd, calls)
         yield Event("draft", "draft", state, calls, rnd.drafts)
@@ -125,18 +127,20 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
                  steps: Steps = STEPS) -> Generator[Event, None, None]:
     """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
     state.round += 1
+    k_round = draft_length(k, state.batch)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
     # 1.-3. Draft, verify and decide, catch up (Spec §4.7.1).
-    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
+    spec = yield from speculate(models, state, k_round, max_new_tokens, eos, steps)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
-    for i, request in enumerate(state.requests):
-        out = outputs[request]
-        out.tokens.extend(spec.committed[i])
-        if spec.finished[i]:
-            out.stop = "eos" if spec.eos_hit[i] else "length"
+    for request, tokens, finished, eos_hit in zip(state.requests, spec.committed, spec.finished.tolist(),
+                                                  spec.eos_hit.tolist()):
+        outputs[request].tokens.extend(tokens)
+        if finished:
+            outputs[request].stop = "eos" if eos_hit else "length"
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
     plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished, state.width)
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
                          spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0)
+    observe_round(k, record)
     if plan.rows.numel() == 0:  # every row finished: nothing left to align
         state.tokens = state.tokens[:0]
         yield Event("align", "finish", state, [], None, record)

@@ -24,6 +24,7 @@ import torch
 
 from . import exspec_pool
 from .eqspec import Event, RoundRecord, Steps, speculate
+from .draft_policy import draft_length, observe_round
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import RowOutput
@@ -87,7 +88,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     state, realigned = steps.form(models, chosen, pool.round)
     yield Event("align" if realigned else "other", "align", state, [])
     # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
-    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
+    spec = yield from speculate(models, state, draft_length(k, state.batch), max_new_tokens, eos, steps)
     a, finished, verdict = spec.a, spec.finished, spec.verdict
     # 6. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     done: dict[int, RowOutput] = {}
@@ -107,6 +108,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
                           accepted=verdict.accepted_drafts.tolist(), committed=a.tolist(),
                           width=state.width, moved=realigned, grouped=not realigned,
                           padding=int(state.pad.sum()), waiting=waiting)
+    observe_round(k, record)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
     state.tokens = state.tokens[:0]  # the formed batch dissolves
     yield Event("other", "finish", state, [], None, record)
     return done

@@ -10,7 +10,7 @@ splits it back.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -48,6 +48,20 @@ class Member:
                            caches, requests=[self.request])
 
 
+def _copy(member: Member) -> Member:
+    """``member`` with its own output list; the tensors are shared (see :meth:`Pool.snapshot`)."""
+    return replace(member, output=RowOutput(list(member.output.tokens), member.output.stop))
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """What :meth:`Pool.snapshot` saved: every field of the pool, members copied."""
+
+    queue: tuple  # (request, prompt)
+    window: tuple  # Member copies, in admission order
+    round: int
+
+
 @dataclass
 class Pool:
     """Prompts not yet admitted (FIFO) and the window of at most ``W``
@@ -66,6 +80,30 @@ class Pool:
 
     def submit(self, request: int, prompt: list[int]) -> None:
         self.queue.append((request, list(prompt)))
+
+    def snapshot(self) -> PoolSnapshot:
+        """Everything a round may change, so that :meth:`restore` can undo it (Spec §8.6).
+
+        Contract (keep it when the pool grows a field): ``restore(snapshot())``
+        after any partial or complete round leaves the pool observably equal
+        to the pool at ``snapshot()`` — the same queue, the same members in
+        the same order with equal tokens, caches, outputs and idle counts, the
+        same round counter, and the same value of any field added later (a
+        batch kept across rounds included). Members are copied and their
+        output lists with them; their tensors are shared, which is valid
+        because no move of the pool writes into a member's tensors (``form``
+        stacks into new tensors, ``release`` splits out copies). A move that
+        writes a tensor in place must have it cloned here. Cost: one list
+        copy per member, no tensor copy.
+        """
+        return PoolSnapshot(tuple(self.queue), tuple(_copy(m) for m in self.window), self.round)
+
+    def restore(self, snapshot: PoolSnapshot) -> None:
+        """Put back the state of ``snapshot`` (Spec §8.6). The snapshot stays
+        valid: members are copied again, so it can be restored twice."""
+        self.queue = deque(snapshot.queue)
+        self.window = [_copy(m) for m in snapshot.window]
+        self.round = snapshot.round
 
     def admit(self) -> list[tuple[int, list[int]]]:
         """The prompts that enter the window now: one per free place."""

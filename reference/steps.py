@@ -85,10 +85,11 @@ def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> None
     """Give the draft cache the key/value of the last draft (Spec §4.2.1).
 
     Needed only when a staying row accepted all ``k'`` drafts: the draft was
-    never fed its own last proposal, and the row's next round needs it.
+    never fed its own last proposal, and the row's next round needs it. In a
+    round without drafts (``k' = 0``) that is the newest token.
     """
     width = state.width
-    fed = rnd.drafts[:, -1:]  # [B, 1]
+    fed = rnd.drafts[:, -1:] if rnd.k else state.tokens[:, -1:]  # [B, 1]
     mask = attention_mask(state.pad, width + rnd.k)  # [B, L + k']
     positions = content_index(state.pad, width - 1 + rnd.k, width + rnd.k)  # [B, 1]
     forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)

@@ -61,6 +61,6 @@ def test_cli_json(capsys):
     assert data["rows"][0]["exact"] == 100.0
 
 
-def test_cli_rejects_an_unknown_method():
-    with pytest.raises(SystemExit, match="unknown method"):
-        cli(["compare", "--methods", "nonesuch", "--prompts", "1"])
+def test_cli_rejects_an_unknown_method(capsys):
+    assert cli(["compare", "--methods", "nonesuch", "--prompts", "1"]) == 2
+    assert "unknown method(s) 'nonesuch'" in capsys.readouterr().err

@@ -2,50 +2,82 @@
 
 One module per command (``batchspec.cli.demo``, ``.compare``, ``.audit``,
 ``.models``), each with ``register(subparsers)`` that adds its parser and sets
-``func(args) -> exit status``.
+``func(args) -> exit status``. Shared options and types: :mod:`.common`.
 
-Exit status: 0 success; 1 the command ran and its check failed (outputs not
-exact, an algorithmic divergence); 2 a usage error, reported in one line on
-standard error before any model runs.
+Exit status (:data:`EXIT_CODES`): 0 success; 1 the command ran and its check
+failed (outputs not exact, a divergence); 2 a usage error, reported in one
+line on standard error before any model runs; 130 interrupted (Ctrl-C); 141
+standard output closed early (``| head``), quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import UsageError
 
 #: the command modules, in the order ``--help`` lists them
-COMMANDS = ("demo", "compare", "audit", "models", "conformance")
+COMMANDS = ("demo", "compare", "audit", "models", "bench", "conformance")
+
+EXIT_CODES = {0: "success", 1: "a check failed (outputs not exact, a divergence)",
+              2: "usage error: one line on stderr naming the problem, before any model runs",
+              130: "interrupted (Ctrl-C)", 141: "standard output closed early (e.g. `| head`), quietly"}
+EPILOG = "exit status:\n" + "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block), exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def parser() -> argparse.ArgumentParser:
     """The argument parser with every command."""
     from .. import __version__
 
-    top = argparse.ArgumentParser(prog="batchspec", description="Correct batch speculative decoding, "
-                                  "specified and checked. Exit status: 0 success, 1 a check failed, "
-                                  "2 a usage error.")
+    top = Parser(prog="batchspec", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                 description="Correct batch speculative decoding (EQSPEC / EXSPEC), specified and checked: "
+                             "run the methods on a model pair, compare them, audit any engine's outputs.")
     top.add_argument("--version", action="version", version=f"batchspec {__version__}")
-    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                             parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    for command in sub.choices.values():
+        command.epilog = command.epilog or EPILOG
+        command.description = (command.description or "").replace("``", "")  # module docs are reST
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return top
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``batchspec`` script."""
+    """Entry point of the ``batchspec`` script: the exit status (see :data:`EXIT_CODES`)."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # weight-loading bars would interleave with the tables
-    args = parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        args = parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a one-line argparse error
+        return done.code if isinstance(done.code, int) else 2
+    try:
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
+        return status
     except UsageError as error:
         print(f"batchspec {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"batchspec {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly; point stdout at devnull so
+        # the interpreter's final flush does not raise again (Python docs, signal).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -14,35 +14,63 @@ import sys
 
 import torch
 
-from ..audit import ALGORITHMIC, NUMERIC, UNCLASSIFIED, audit
-from .pairs import DEFAULT_PAIR, PAIRS
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-          "bfloat16": torch.bfloat16}
+from ..audit import ALGORITHMIC, NUMERIC, UNCLASSIFIED, audit, check_ids
+from .common import DTYPES, add_pair_arguments, check_device, load_pair, positive_float
+from .errors import UsageError
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """The JSON objects of a JSON-lines file (blank lines skipped)."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The JSON objects of a JSON-lines file (blank lines skipped); a
+    :class:`UsageError` naming the file and line for anything else."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}, line {number}: not JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+        records.append((number, record))
+    if not records:
+        raise UsageError(f"{path}: no records (an empty audit would pass on nothing)")
+    return records
+
+
+def field(path: str, number: int, record: dict, key: str) -> list[int]:
+    """``record[key]``, a list of token ids, or a :class:`UsageError` naming file, line and key."""
+    if key not in record:
+        raise UsageError(f"{path}, line {number}: missing {key!r} (keys: {', '.join(record) or 'none'})")
+    ids = record[key]
+    if not isinstance(ids, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise UsageError(f"{path}, line {number}: {key!r} must be a list of integer token ids, got {ids!r:.60}")
+    return ids
 
 
 def load_records(path: str, candidate_path: str | None):
     """``(prompts, references, candidates)`` from one or two JSON-lines files."""
     lines = read_jsonl(path)
     if candidate_path is None:
-        try:
-            return tuple([r[key] for r in lines] for key in ("prompt", "reference", "candidate"))
-        except KeyError as missing:
-            raise SystemExit(f"batchspec audit: {path}: every line needs prompt, reference and candidate "
-                             f"(missing {missing}); or pass --candidate FILE") from None
+        if "output" in lines[0][1] and "candidate" not in lines[0][1]:
+            raise UsageError(f"{path}: lines hold 'output', not 'reference' and 'candidate'; "
+                             f"pass the other engine's file with --candidate FILE")
+        return tuple([field(path, n, r, key) for n, r in lines] for key in ("prompt", "reference", "candidate"))
     others = read_jsonl(candidate_path)
     if len(others) != len(lines):
-        raise SystemExit(f"batchspec audit: {path} has {len(lines)} lines, {candidate_path} {len(others)}")
-    for i, (r, c) in enumerate(zip(lines, others)):
-        if r.get("prompt") != c.get("prompt"):
-            raise SystemExit(f"batchspec audit: line {i + 1}: the two files have different prompts")
-    return [r["prompt"] for r in lines], [r["output"] for r in lines], [c["output"] for c in others]
+        raise UsageError(f"{path} has {len(lines)} records, {candidate_path} {len(others)}")
+    for (n, r), (m, c) in zip(lines, others):
+        if field(path, n, r, "prompt") != field(candidate_path, m, c, "prompt"):
+            raise UsageError(f"{path} line {n} and {candidate_path} line {m}: different prompts")
+    return ([field(path, n, r, "prompt") for n, r in lines], [field(path, n, r, "output") for n, r in lines],
+            [field(candidate_path, m, c, "output") for m, c in others])
 
 
 def load_target(args):
@@ -52,11 +80,15 @@ def load_target(args):
     if args.target:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32,
-                                                     attn_implementation="sdpa")
-        return model.eval()
-    choice = PAIRS[args.pair]
-    return choice.load(choice.dtype)[0]
+        device = check_device(args.device)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(args.target, dtype=DTYPES[args.dtype or "float32"],
+                                                         attn_implementation="sdpa", local_files_only=True)
+        except (OSError, ValueError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UsageError(f"--target {args.target}: cannot load a causal LM from it ({first})") from None
+        return model.to(device).eval()
+    return load_pair(args).target
 
 
 def table(report) -> str:
@@ -86,26 +118,33 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[1])
     p.add_argument("input", help="JSON lines: prompt/reference/candidate, or prompt/output with --candidate")
     p.add_argument("--candidate", help="JSON lines of prompt/output, matched to INPUT by line")
+    add_pair_arguments(p)  # the pair's target computes the margins at each divergence
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--pair", choices=sorted(PAIRS), default=DEFAULT_PAIR,
-                       help="target of this pair computes the margins (default %(default)s)")
-    model.add_argument("--target", help="a local Hugging Face model folder computes the margins (float32)")
-    model.add_argument("--no-model", action="store_true", help="no margins: divergences stay unclassified, and any divergence exits 1")
-    p.add_argument("--dtype", choices=sorted(DTYPES),
-                   help="precision the outputs were produced in (default: the margin model's)")
-    p.add_argument("--factor", type=float, default=None,
+    model.add_argument("--target", help="a local Hugging Face model folder computes the margins instead "
+                                        "(default dtype float32)")
+    model.add_argument("--no-model", action="store_true",
+                       help="no margins: divergences stay unclassified (and still fail, exit 1)")
+    p.add_argument("--outputs-dtype", choices=list(DTYPES),
+                   help="precision the outputs were produced in (default: the margin model's dtype)")
+    p.add_argument("--factor", type=positive_float, default=None,
                    help="tolerance in ulps of the logit scale (default 16)")
     p.add_argument("--json", action="store_true", help="one JSON line per prompt instead of a table")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    """Run ``batchspec audit`` with parsed ``args``; exit status 1 when any divergence is
-    algorithmic, or, with ``--no-model``, when any output differs at all (unclassified)."""
+    """Run ``batchspec audit`` with parsed ``args``. Exit status 1 when any
+    divergence is algorithmic or, without a model, unclassified: a CI job
+    must not pass on outputs that differ."""
     prompts, references, candidates = load_records(args.input, args.candidate)
     target = load_target(args)
+    try:
+        check_ids(prompts, references, candidates, target)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     options = {} if args.factor is None else {"factor": args.factor}
-    report = audit(prompts, references, candidates, target, DTYPES.get(args.dtype), **options)
+    outputs = DTYPES.get(args.outputs_dtype) if args.outputs_dtype else None
+    report = audit(prompts, references, candidates, target, outputs, **options)
     if args.json:
         for p in report.as_dict()["prompts"]:
             sys.stdout.write(json.dumps(p) + "\n")

@@ -6,7 +6,7 @@ the first invariant violation (invariant, round) recorded on the way, tokens
 committed per target call, and verified tokens thrown away. ``--json`` prints
 the same rows for machines.
 
-Which pair is used is decided in one place, :data:`batchspec.cli.pairs.PAIRS`.
+``--pair`` takes every pair of ``batchspec models list`` (:mod:`batchspec.cli.common`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import torch
 from .. import api
 from ..audit import audit
 from ..invariants import InvariantViolation
-from .pairs import DEFAULT_PAIR, PAIRS
+from .common import add_pair_arguments, int_list, load_pair, nonnegative_int, positive_int, progress
+from .errors import UsageError
+from .pairs import DEFAULT_PAIR, PAIRS  # noqa: F401 (re-exported)
 
 
 #: Order of the table; methods registered later (e.g. "exspec") follow.
@@ -62,21 +64,22 @@ def first_semantic(target, draft, prompts, method, **options):
 
 
 def compare(target, draft, prompts, methods, batch_sizes, k: int = 3, max_new_tokens: int = 24,
-            semantic: bool = False) -> list[Row]:
-    """Run every method at every batch size and score it (see the module doc)."""
+            semantic: bool = False, bar: bool = False) -> list[Row]:
+    """Run every method at every batch size and score it (see the module doc);
+    ``bar``: a progress bar on a terminal (:func:`batchspec.cli.common.progress`)."""
     expected = references(target, prompts, max_new_tokens)
     rows = []
-    for method in methods:
-        for batch in batch_sizes:
-            options = dict(num_draft_tokens=k, max_new_tokens=max_new_tokens, batch_size=batch)
-            result = api.generate(target, draft, prompts, method=method, check_invariants="record", **options)
-            first = (result.violations[0].invariant, result.violations[0].round) if result.violations else None
-            if first is None and semantic:
-                first = first_semantic(target, draft, prompts, method, **options)
-            report = audit(prompts, expected, result.sequences)
-            rows.append(Row(method, batch, 100 * report.exact_rate, 100 * report.partial_rate, first,
-                            len(result.violations), result.stats.tokens_per_target_call,
-                            result.stats.wasted_tokens))
+    runs = [(method, batch) for method in methods for batch in batch_sizes]
+    for method, batch in progress(runs, len(runs), "compare", bar):
+        options = dict(num_draft_tokens=k, max_new_tokens=max_new_tokens, batch_size=batch)
+        result = api.generate(target, draft, prompts, method=method, check_invariants="record", **options)
+        first = (result.violations[0].invariant, result.violations[0].round) if result.violations else None
+        if first is None and semantic:
+            first = first_semantic(target, draft, prompts, method, **options)
+        report = audit(prompts, expected, result.sequences)
+        rows.append(Row(method, batch, 100 * report.exact_rate, 100 * report.partial_rate, first,
+                        len(result.violations), result.stats.tokens_per_target_call,
+                        result.stats.wasted_tokens))
     return rows
 
 
@@ -92,46 +95,57 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
 def register(subparsers) -> None:
     """Add the ``compare`` subcommand."""
     p = subparsers.add_parser("compare", help="methods x batch sizes on a model pair (paper Table 1)",
                               description=__doc__.split("\n\n")[1])
-    p.add_argument("--pair", choices=sorted(PAIRS), default=DEFAULT_PAIR,
-                   help="model pair (default %(default)s)")
-    p.add_argument("--methods", help="comma-separated methods (default: every registered method)")
-    p.add_argument("--batch-sizes", default="1,4", help="comma-separated (default %(default)s)")
-    p.add_argument("--prompts", type=int, default=8, help="number of prompts (default %(default)s)")
-    p.add_argument("-k", "--num-draft-tokens", type=int, default=3, help="k (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=24, help="(default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
+    add_pair_arguments(p)
+    p.add_argument("--methods", help="comma-separated methods (default: every registered method, "
+                                     f"{', '.join(ordered_methods())})")
+    p.add_argument("--batch-sizes", type=int_list, default=[1, 4],
+                   help="comma-separated positive batch sizes (default 1,4)")
+    p.add_argument("--prompts", type=positive_int, default=8, help="number of prompts (default %(default)s)")
+    p.add_argument("-k", "--num-draft-tokens", type=positive_int, default=3,
+                   help="draft tokens per round k (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=nonnegative_int, default=24,
+                   help="tokens to generate per prompt (default %(default)s)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
     p.add_argument("--semantic", action="store_true",
                    help="where the structural checks find nothing, look again with semantic I3")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=main)
 
 
-def main(args) -> int:
-    """Run ``batchspec compare`` with parsed ``args``."""
-    choice = PAIRS[args.pair]
-    methods = args.methods.split(",") if args.methods else \
-        [m for m in METHOD_ORDER if m in api.METHODS] + sorted(set(api.METHODS) - set(METHOD_ORDER))
+def ordered_methods() -> list[str]:
+    """Every registered method, in table order."""
+    return [m for m in METHOD_ORDER if m in api.METHODS] + sorted(set(api.METHODS) - set(METHOD_ORDER))
+
+
+def parse_methods(text: str | None) -> list[str]:
+    """``--methods`` as a list; a :class:`UsageError` for an empty entry or an unknown name."""
+    if text is None:
+        return ordered_methods()
+    methods = [m.strip() for m in text.split(",")]
     unknown = [m for m in methods if m not in api.METHODS]
     if unknown:
-        raise SystemExit(f"batchspec compare: unknown method(s) {unknown}; known: {sorted(api.METHODS)}")
-    target, draft = choice.load(choice.dtype)
-    prompts = choice.prompts(args.prompts, args.seed)
-    rows = compare(target, draft, prompts, methods, _ints(args.batch_sizes), args.num_draft_tokens,
-                   args.max_new_tokens, args.semantic)
+        raise UsageError(f"--methods: unknown method(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(ordered_methods())}")
+    return methods
+
+
+def main(args) -> int:
+    """Run ``batchspec compare`` with parsed ``args``."""
+    methods = parse_methods(args.methods)
+    pair = load_pair(args)
+    prompts = pair.prompts(args.prompts, args.seed)
+    rows = compare(pair.target, pair.draft, prompts, methods, args.batch_sizes, args.num_draft_tokens,
+                   args.max_new_tokens, args.semantic, bar=not args.json)
     settings = {"pair": args.pair, "prompts": args.prompts, "k": args.num_draft_tokens,
                 "max_new_tokens": args.max_new_tokens, "seed": args.seed, "semantic": args.semantic}
     if args.json:
         print(json.dumps({"settings": settings, "rows": [asdict(r) for r in rows]}, indent=1))
     else:
-        print(f"pair {args.pair} ({choice.description}); {args.prompts} prompts, k={args.num_draft_tokens}, "
+        print(f"pair {args.pair} ({pair.description}); {args.prompts} prompts, k={args.num_draft_tokens}, "
               f"max_new_tokens={args.max_new_tokens}; reference: the target's batch-1 greedy output")
         print(table(rows))
     return 0

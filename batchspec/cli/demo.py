@@ -1,57 +1,114 @@
-"""``batchspec demo``: EQSPEC against the autoregressive baseline, invariants on."""
+"""``batchspec demo``: EQSPEC against the autoregressive baseline, every invariant checked after every step.
+
+Columns: exact = prompts whose EQSPEC output equals the baseline's; tok/call =
+tokens committed per row per target call (1 for the baseline, up to k + 1);
+accept = accepted / drafted draft tokens; target, draft = forward calls;
+time s = seconds decoding, invariant checks excluded; check s = seconds
+checking the invariants; speedup = baseline time s / this time s. Below the
+table: time s split into the draft / verify / align / other phases.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 
-import torch
-
 from ..api import generate
-from ..demo_pair import demo_pair
+from ..stats import PHASES, Stats
+from .common import add_pair_arguments, load_pair, nonnegative_int, positive_int, progress
+
+COLUMNS = ("exact: outputs identical to the baseline; tok/call: tokens per row per target call;\n"
+           "accept: drafts accepted / drafted; target, draft: forward calls; time s: decoding,\n"
+           "invariant checks excluded (check s); speedup: baseline time s / time s")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="run EQSPEC and the autoregressive baseline on the default pair")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--k", type=int, default=4, help="num_draft_tokens")
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--prompts", type=int, default=8, help="how many prompts")
-    p.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    p = sub.add_parser("demo", help="run EQSPEC and the autoregressive baseline, invariants on",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pair_arguments(p)
+    p.add_argument("--batch-size", type=positive_int, default=4, help="rows per batch B (default %(default)s)")
+    p.add_argument("-k", "--k", "--num-draft-tokens", dest="k", type=positive_int, default=4,
+                   help="draft tokens per round k (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=nonnegative_int, default=48,
+                   help="tokens to generate per prompt (default %(default)s)")
+    p.add_argument("--prompts", type=positive_int, default=8, help="how many prompts (default %(default)s)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    pair = demo_pair(args.prompts, getattr(torch, args.dtype))
+def merge(total: Stats, part: Stats) -> Stats:
+    """``total`` with ``part``'s counts, records and seconds added (the demo runs a batch at a time)."""
+    total.rounds += part.rounds
+    total.target_calls += part.target_calls
+    total.draft_calls += part.draft_calls
+    total.realignments += part.realignments
+    total.per_round += part.per_round
+    for phase in PHASES:
+        total.phase_seconds[phase] += part.phase_seconds[phase]
+    total.check_seconds += part.check_seconds
+    total.wall_seconds += part.wall_seconds
+    total.generated_tokens += part.generated_tokens
+    return total
+
+
+def decode_all(pair, prompts, method, args, bar) -> tuple[list[list[int]], Stats]:
+    """``generate`` one batch at a time (the batches ``generate`` would form itself), so the bar can move."""
     common = dict(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                   eos_token_id=pair.eos_token_id, check_invariants=True)
-    base = generate(pair.target, None, pair.prompts, method="autoregressive", **common)
-    spec = generate(pair.target, pair.draft, pair.prompts, method="eqspec", num_draft_tokens=args.k, **common)
-    exact = sum(a == b for a, b in zip(spec.sequences, base.sequences))
-    rows = []
-    for name, res in (("autoregressive", base), ("eqspec", spec)):
-        s = res.stats
-        rows.append({
-            "method": name, "exact vs baseline": f"{exact}/{len(pair.prompts)}" if name == "eqspec" else "(baseline)",
-            "tokens/target call": round(s.tokens_per_target_call, 2),
-            "acceptance": round(s.acceptance_rate, 3) if name == "eqspec" else None,
-            "target calls": s.target_calls, "draft calls": s.draft_calls,
-            **{f"{p} s": round(v, 3) for p, v in s.phase_seconds.items()},
-            "wall s": round(s.wall_seconds, 3), "check s": round(s.check_seconds, 3),
-        })
+    if method != "autoregressive":
+        common["num_draft_tokens"] = args.k
+    sequences, stats = [], Stats(method)
+    starts = range(0, len(prompts), args.batch_size)
+    for first in progress(starts, len(starts), f"{method:<14}", bar):
+        result = generate(pair.target, pair.draft, prompts[first:first + args.batch_size], method=method, **common)
+        sequences += result.sequences
+        merge(stats, result.stats)
+    return sequences, stats
+
+
+def row(method: str, stats: Stats, exact: str, base_seconds: float | None) -> dict:
+    """One line of the table (and of ``--json``)."""
+    seconds = round(stats.wall_seconds - stats.check_seconds, 3)
+    return {"method": method, "exact": exact, "tok/call": round(stats.tokens_per_target_call, 2),
+            "accept": round(stats.acceptance_rate, 3) if method != "autoregressive" else "-",
+            "target": stats.target_calls, "draft": stats.draft_calls,
+            "time s": seconds, "check s": round(stats.check_seconds, 3),
+            "speedup": "1.00x" if base_seconds is None else f"{base_seconds / max(seconds, 1e-9):.2f}x",
+            **{f"{p} s": round(stats.phase_seconds[p], 3) for p in PHASES}}
+
+
+def table(rows: list[dict]) -> str:
+    """The main columns right-aligned, then the phase split of ``time s``."""
+    keys = ["method", "exact", "tok/call", "accept", "target", "draft", "time s", "check s", "speedup"]
+    widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
+    lines = ["  ".join(k.rjust(w) for k, w in zip(keys, widths))]
+    lines += ["  ".join(str(r[k]).rjust(w) for k, w in zip(keys, widths)) for r in rows]
+    lines.append(COLUMNS)
+    for r in rows:
+        lines.append(f"  {r['method']} time s by phase: " + ", ".join(f"{p} {r[f'{p} s']}" for p in PHASES))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    pair = load_pair(args)
+    prompts = pair.prompts(args.prompts, args.seed)
+    base, base_stats = decode_all(pair, prompts, "autoregressive", args, not args.json)
+    spec, spec_stats = decode_all(pair, prompts, "eqspec", args, not args.json)
+    exact = sum(a == b for a, b in zip(spec, base))
+    base_row = row("autoregressive", base_stats, "(base)", None)
+    rows = [base_row, row("eqspec", spec_stats, f"{exact}/{len(prompts)}", base_row["time s"])]
+    status = 0 if exact == len(prompts) else 1
     if args.json:
         print(json.dumps({"pair": pair.name, "rows": rows}, indent=2))
-        return 0 if exact == len(pair.prompts) else 1
-    print(f"pair: {pair.name}")
-    print(f"{len(pair.prompts)} prompts, batch {args.batch_size}, k = {args.k}, {args.max_new_tokens} new tokens, "
-          f"{args.dtype}; every invariant checked after every step")
-    keys = list(rows[0])
-    widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
-    print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
-    for r in rows:
-        print("  ".join(str(r[k]).rjust(w) for k, w in zip(keys, widths)))
+        return status
+    dtype = str(pair.dtype).removeprefix("torch.")
+    print(f"pair {pair.name}: {pair.description}")
+    print(f"{len(prompts)} prompts, batch {args.batch_size}, k = {args.k}, {args.max_new_tokens} new tokens, "
+          f"{dtype} on {args.device}; every invariant checked after every step")
+    print(table(rows))
     if pair.decode is not None:
         print()
-        for prompt, out in list(zip(pair.prompts, spec.sequences))[:3]:
-            print(f"... {pair.decode(prompt)[-40:]!r}\n    -> {pair.decode(out)!r}")
-    return 0 if exact == len(pair.prompts) else 1
+        for prompt, out in list(zip(prompts, spec))[:3]:
+            print(f"... {pair.decode(prompt)[-40:]!r}\n    -> {pair.decode(out)[:60]!r}")
+    return status

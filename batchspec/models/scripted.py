@@ -55,6 +55,7 @@ class ScriptedDraft(torch.nn.Module):
         self.scripts = scripts
         self.requests: list[int] = []
         self.vocab = model.get_output_embeddings().out_features
+        self.train(model.training)  # a fresh Module is in training mode; the wrapper is as the model it wraps
 
     @property
     def config(self):

@@ -1,0 +1,144 @@
+"""The benchmark's outputs: rows of a table, a JSON document, and plots."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+
+from ..stats import PHASES
+
+MB = 1 << 20
+
+
+def rows(cells) -> list[dict]:
+    """One row per cell, with ratios to ``generate`` at the same batch size."""
+    base = {c.case.batch: c for c in cells if c.case.method == "generate"}
+    out = []
+    for c in sorted(cells, key=lambda c: (c.case.batch, c.case.method, str(c.case.k))):
+        ref = base.get(c.case.batch)
+        speedup = ref.median / c.median if ref else None
+        row = {
+            "batch": c.case.batch, "method": c.case.method, "k": c.case.k, "prompts": c.prompts,
+            "tokens": c.tokens, "tok_per_s": c.tokens_per_second, "median_s": c.median,
+            "min_s": min(c.seconds), "max_s": max(c.seconds), "repeats": len(c.seconds),
+            "vs_generate": speedup, "ideal": c.ideal_speedup,
+            "achieved_over_ideal": speedup / c.ideal_speedup if speedup and c.ideal_speedup else None,
+            "exact": f"{c.prompts - len(c.mismatches)}/{c.prompts}", "mismatches": c.mismatches,
+            "peak_mb": c.peak_bytes / MB if c.peak_bytes is not None else None,
+        }
+        if c.stats:
+            decode = sum(c.stats["phase_seconds"].values()) or 1.0
+            row["split"] = {p: c.stats["phase_seconds"][p] / decode for p in PHASES}
+            row["align_share"] = row["split"]["align"]
+            row["acceptance"] = c.stats["acceptance_rate"]
+            row["tokens_per_target_call"] = c.stats["tokens_per_target_call"]
+            row["group_rate"] = c.stats["group_rate"] if c.case.method == "exspec" else None
+            row["drafted_k"] = sorted({r.drafted for r in c.per_round}) if c.per_round else None
+        out.append(row)
+    return out
+
+
+COLUMNS = (("batch", "B", "{}"), ("method", "method", "{}"), ("k", "k", "{}"), ("tok_per_s", "tok/s", "{:.0f}"),
+           ("spread", "spread", "{}"), ("vs_generate", "vs generate", "{:.2f}"), ("ideal", "ideal", "{:.2f}"),
+           ("achieved_over_ideal", "achieved/ideal", "{:.0%}"), ("align_share", "align", "{:.1%}"),
+           ("group_rate", "groups", "{:.0%}"), ("peak_mb", "peak MB", "{:.1f}"), ("exact", "exact", "{}"))
+
+
+def table(table_rows: list[dict]) -> str:
+    """A plain-text table; ``spread`` is (max - min) / median over the repeats."""
+    lines = []
+    for r in table_rows:
+        r = dict(r, spread=f"±{(r['max_s'] - r['min_s']) / r['median_s'] / 2:.0%}")
+        lines.append([fmt.format(r[key]) if r.get(key) is not None else "-" for key, _, fmt in COLUMNS])
+    heads = [head for _, head, _ in COLUMNS]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(heads)]
+    render = lambda cols: "  ".join(c.rjust(w) for c, w in zip(cols, widths))  # noqa: E731
+    return "\n".join([render(heads)] + [render(line) for line in lines])
+
+
+def machine(device) -> dict:
+    """Where the run happened."""
+    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    import transformers
+
+    info["transformers"] = transformers.__version__
+    return info
+
+
+def costs_dict(costs) -> dict | None:
+    if costs is None:
+        return None
+    return {"draft": {str(b): s for b, s in costs.draft.items()},
+            "target": {str(b): {str(n): s for n, s in t.items()} for b, t in costs.target.items()}}
+
+
+def plots(table_rows: list[dict], directory: str) -> list[str]:
+    """The paper's pictures from one run; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(directory, exist_ok=True)
+    series: dict[str, list[dict]] = {}
+    for r in table_rows:
+        series.setdefault(r["method"] + ("" if r["k"] is None else f" k={r['k']}"), []).append(r)
+    written = []
+
+    def save(fig, name):
+        path = os.path.join(directory, name)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, rs in series.items():
+        if len(rs) > 1:
+            ax.plot([r["batch"] for r in rs], [r["tok_per_s"] / rs[0]["tok_per_s"] for r in rs], marker="o", label=name)
+    ax.set(xscale="log", xlabel="batch size", ylabel="throughput / its batch-1 throughput",
+           title="Throughput against batch size")
+    ax.legend(fontsize=7)
+    save(fig, "throughput.png")
+
+    split = [(n, rs) for n, rs in series.items() if any("split" in r for r in rs) and not n.startswith("autoreg")]
+    fig, axes = plt.subplots(1, max(len(split), 1), figsize=(4 * max(len(split), 1), 3.6), squeeze=False)
+    for ax, (name, rs) in zip(axes[0], split):
+        bottom = [0.0] * len(rs)
+        labels = [str(r["batch"]) for r in rs]
+        for phase in ("draft", "verify", "align", "other"):
+            values = [r["split"][phase] for r in rs]
+            ax.bar(labels, values, bottom=bottom, label=phase)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set(xlabel="batch size", ylabel="share of decoding time", title=name)
+    axes[0][0].legend(fontsize=7)
+    save(fig, "time_split.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, rs in series.items():
+        if rs[0]["method"] == "exspec":
+            ax.plot([r["batch"] for r in rs], [r["group_rate"] for r in rs], marker="o", label=name)
+    ax.set(xscale="log", xlabel="batch size", ylabel="rounds formed from one same-length group",
+           title="EXSPEC group rate", ylim=(0, 1))
+    ax.legend(fontsize=7)
+    save(fig, "exspec_group_rate.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, rs in series.items():
+        rs = [r for r in rs if r.get("ideal")]
+        if rs:
+            line, = ax.plot([r["batch"] for r in rs], [r["vs_generate"] for r in rs], marker="o", label=f"{name} achieved")
+            ax.plot([r["batch"] for r in rs], [r["ideal"] for r in rs], ls="--", color=line.get_color(),
+                    label=f"{name} ideal")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xscale="log", xlabel="batch size", ylabel="speedup over transformers generate",
+           title="Achieved against ideal (zero bookkeeping)")
+    ax.legend(fontsize=7)
+    save(fig, "achieved_vs_ideal.png")
+    return written

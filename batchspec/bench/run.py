@@ -1,0 +1,158 @@
+"""The benchmark grid: methods × batch sizes × ``k``, repeated in interleaved
+order, every output checked against the target's batch-1 greedy output.
+
+Timing happens here, around whole calls, never inside the algorithm (style §7).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+import batchspec
+
+from ..reference.draft_policy import AUTO_MAX_K
+from ..testing import reference_greedy
+from . import peers
+from .costs import measure_costs
+from .ideal import ideal_generate_seconds, ideal_speculative_seconds
+from .memory import peak_bytes
+
+#: our methods; peers are transformers' own decoders
+OURS = ("autoregressive", "eqspec", "exspec")
+PEERS = ("generate", "assisted", "generate_batch")
+SPECULATIVE = ("eqspec", "exspec", "assisted")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the grid. ``k`` is None for methods that draft nothing."""
+
+    method: str
+    batch: int
+    k: int | str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.method if self.k is None else f"{self.method} k={self.k}"
+
+
+@dataclass
+class Cell:
+    """What the repeats of one :class:`Case` measured."""
+
+    case: Case
+    prompts: int
+    seconds: list[float] = field(default_factory=list)
+    tokens: int = 0
+    mismatches: list[int] = field(default_factory=list)  # prompt indices whose output differs
+    stats: dict | None = None  # ours: the last repeat's Stats.as_dict()
+    per_round: list | None = None
+    peak_bytes: int | None = None
+    ideal_speedup: float | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.median
+
+
+def grid(methods, batches, ks) -> list[Case]:
+    """Every case: speculative methods at each ``k``; assisted only at batch 1
+    (transformers refuses larger batches)."""
+    out = []
+    for b in batches:
+        for m in methods:
+            if m == "assisted" and b != 1:
+                continue
+            for k in (ks if m in ("eqspec", "exspec") else [None]):
+                out.append(Case(m, b, k))
+    return out
+
+
+def _clock(device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def run_case(pair, case: Case, prompts, max_new_tokens: int):
+    """``(sequences, seconds, stats or None)`` of one call."""
+    target, draft, eos = pair.target, pair.draft, pair.eos_token_id
+    start = _clock(target.device)
+    stats = None
+    if case.method == "generate":
+        seqs = peers.hf_generate(target, prompts, case.batch, max_new_tokens, eos)
+    elif case.method == "assisted":
+        seqs = peers.hf_assisted(target, draft, prompts, max_new_tokens, eos)
+    elif case.method == "generate_batch":
+        seqs = peers.hf_continuous(target, prompts, max_new_tokens, eos)
+    else:
+        result = batchspec.generate(target, draft, prompts, method=case.method, num_draft_tokens=case.k or 1,
+                                    max_new_tokens=max_new_tokens, batch_size=case.batch, eos_token_id=eos)
+        seqs, stats = result.sequences, result.stats
+    return seqs, _clock(target.device) - start, stats
+
+
+@dataclass
+class Plan:
+    """What to run."""
+
+    methods: list[str]
+    batches: list[int]
+    ks: list
+    max_new_tokens: int
+    repeats: int
+    prompts_per_batch: int = 1  # prompts = this × batch (EXSPEC's case is > 1)
+    min_prompts: int = 4  # so that batch 1 decodes more than one prompt
+    seed: int = 0
+    memory: bool = True
+
+
+def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
+    """Run the plan; return cells, forward costs and the reference outputs."""
+    count = max(max(plan.batches) * plan.prompts_per_batch, plan.min_prompts)
+    pool = pair.prompts(count, plan.seed)
+    with torch.no_grad():
+        expected = [reference_greedy(pair.target, p, plan.max_new_tokens, pair.eos_token_id) for p in pool]
+    cases = grid(plan.methods, plan.batches, plan.ks)
+    cells = {c: Cell(c, max(c.batch * plan.prompts_per_batch, plan.min_prompts)) for c in cases}
+    schedule = [c for _ in range(plan.repeats) for c in cases]  # interleaved: every case once per repeat
+    for case in progress(schedule, len(schedule)):
+        prompts = pool[: cells[case].prompts]
+        seqs, seconds, stats = run_case(pair, case, prompts, plan.max_new_tokens)
+        cell = cells[case]
+        cell.seconds.append(seconds)
+        cell.tokens = sum(map(len, seqs))
+        cell.mismatches = [i for i, (got, want) in enumerate(zip(seqs, expected)) if got != want]
+        if stats is not None:
+            cell.stats, cell.per_round = stats.as_dict(), stats.per_round
+    if plan.memory:
+        for case in progress(cases, len(cases)):
+            _, cells[case].peak_bytes = peak_bytes(
+                lambda c=case: run_case(pair, c, pool[: cells[c].prompts], plan.max_new_tokens), pair.target.device)
+    costs = _costs(pair, plan, pool)
+    for cell in cells.values():
+        if cell.per_round and cell.case.method in ("eqspec", "exspec"):
+            generate_steps = [max(len(s) for s in expected[i:i + cell.case.batch])
+                              for i in range(0, cell.prompts, cell.case.batch)]
+            cell.ideal_speedup = (ideal_generate_seconds(costs, generate_steps, cell.case.batch)
+                                  / ideal_speculative_seconds(costs, cell.per_round))
+    return {"cells": list(cells.values()), "costs": costs, "expected": expected}
+
+
+def _costs(pair, plan: Plan, pool):
+    """Forward costs at every batch size of the plan, over a cache as long as
+    a typical row mid-decode."""
+    if pair.draft is None:
+        return None
+    ints = [k for k in plan.ks if isinstance(k, int)]
+    k_max = AUTO_MAX_K if "auto" in plan.ks else max(ints, default=1)
+    context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
+    return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=range(1, k_max + 2))

@@ -1,0 +1,117 @@
+"""``batchspec bench``: throughput of our methods and of transformers' own decoders, side by side.
+
+Methods × batch sizes × k on one pair and device, in interleaved repeats
+(median and spread), every output checked token for token against the
+target's batch-1 greedy output (exit 1 on any mismatch). It also measures
+each model's forward cost against batch size and tokens per call and, from
+it and the acceptance each run saw, the ideal speedup with zero
+bookkeeping, and prints achieved / ideal. Writes a table, ``--json`` and,
+with ``--plots DIR``, the plots of ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from ..bench import report
+from ..bench.memory import return_large_blocks
+from ..bench.run import OURS, PEERS, Plan, run
+from .common import add_pair_arguments, int_list, load_pair, positive_int, progress
+from .errors import UsageError
+
+DEFAULT_METHODS = ("generate", "assisted", "autoregressive", "eqspec", "exspec")
+
+
+def parse_ks(text: str) -> list:
+    """``-k`` as a list of positive ints and ``auto``."""
+    out = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if entry == "auto":
+            out.append("auto")
+        elif entry.isdigit() and int(entry) >= 1:
+            out.append(int(entry))
+        else:
+            raise UsageError(f"-k: expected comma-separated positive integers or 'auto', got {entry!r} in {text!r}")
+    return out
+
+
+def parse_methods(text: str) -> list[str]:
+    known = OURS + PEERS
+    methods = [m.strip() for m in text.split(",")]
+    unknown = [m for m in methods if m not in known]
+    if unknown or not methods:
+        raise UsageError(f"--methods: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+    return methods
+
+
+def register(subparsers) -> None:
+    """Add the ``bench`` subcommand."""
+    p = subparsers.add_parser("bench", help="throughput against transformers' decoders, with the ideal speedup",
+                              description=__doc__.split("\n\n")[1])
+    add_pair_arguments(p)
+    p.set_defaults(dtype="float32")  # what a user times with; exactness is still checked on every output
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated, from {', '.join(OURS + PEERS)} (default %(default)s; "
+                        "generate_batch is transformers' continuous batching, very slow on CPU)")
+    p.add_argument("--batch-sizes", type=int_list, default=[1, 4, 8, 16, 32],
+                   help="comma-separated batch sizes (default 1,4,8,16,32)")
+    p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or 'auto' (default 4)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=48, help="default %(default)s")
+    p.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats (default %(default)s)")
+    p.add_argument("--prompts-per-batch", type=positive_int, default=1,
+                   help="prompts = this × batch size; > 1 is the case EXSPEC exists for (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default %(default)s)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
+    p.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-': standard output)")
+    p.add_argument("--plots", metavar="DIR", help="write the plots (PNG) into DIR (needs matplotlib)")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    ks = parse_ks(args.num_draft_tokens)
+    methods = parse_methods(args.methods)
+    if args.plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--plots needs matplotlib: pip install 'batchspec[bench]'") from None
+    torch.set_num_threads(args.threads)
+    if not args.no_memory:
+        return_large_blocks()
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # generate()'s advice on its own arguments would bury the table
+    pair = load_pair(args)
+    if pair.draft is None and any(m in ("eqspec", "exspec", "assisted") for m in methods):
+        raise UsageError(f"--pair {args.pair} has no draft model")
+    plan = Plan(methods, sorted(set(args.batch_sizes)), ks, args.max_new_tokens, args.repeats,
+                prompts_per_batch=args.prompts_per_batch, seed=args.seed, memory=not args.no_memory)
+    quiet = args.json == "-"
+    result = run(pair, plan, progress=lambda it, total: progress(it, total, "bench", enabled=not quiet))
+    table_rows = report.rows(result["cells"])
+    document = {"command": "batchspec " + " ".join(sys.argv[1:]) if sys.argv else None,
+                "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
+                "machine": report.machine(pair.target.device), "plan": vars(plan),
+                "costs": report.costs_dict(result["costs"]), "rows": table_rows}
+    if args.json == "-":
+        print(json.dumps(document, indent=1, default=str))
+    else:
+        print(f"{pair.name} ({document['dtype']}) on {pair.target.device}, {torch.get_num_threads()} thread(s), "
+              f"{args.max_new_tokens} new tokens, median of {args.repeats}; vs generate = its time / ours")
+        print(report.table(table_rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(document, f, indent=1, default=str)
+    if args.plots:
+        for path in report.plots(table_rows, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
+    wrong = [r for r in table_rows if r["mismatches"]]
+    for r in wrong:
+        print(f"NOT EXACT: {r['method']} k={r['k']} batch {r['batch']}: prompts {r['mismatches']} differ from "
+              "the target's batch-1 greedy output", file=sys.stderr)
+    return 1 if wrong else 0

@@ -1,0 +1,112 @@
+"""How many drafts a round proposes: ``num_draft_tokens="auto"`` (Spec §4.2.2).
+
+A fixed ``k`` is the paper's setting. Where a verify pass over ``B·(k+1)``
+tokens costs clearly more than one over ``B`` tokens (a CPU, a large batch),
+the best ``k`` shrinks with the batch, down to plain decoding (BSP chose
+``k`` from the batch size). :class:`AutoK` chooses ``k'`` before each round
+from per-call costs it is *given* (a table measured before decoding, by the
+caller; the algorithm never times anything, style §7) and the acceptance it
+has seen so far. Under greedy verification the choice cannot change the
+output (Spec §5.2 holds for every ``k'``), only the speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: The largest ``k'`` the policy considers.
+AUTO_MAX_K = 8
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds per forward call, measured at a few batch sizes (Spec §4.2.2).
+
+    ``draft[b]``: one draft call of one token per row at batch ``b``;
+    ``target[b][n]``: one target call of ``n`` tokens per row at batch ``b``,
+    for some ``n`` from 1 to ``AUTO_MAX_K + 1``. Other batch sizes and token
+    counts interpolate linearly.
+    """
+
+    draft: dict[int, float]
+    target: dict[int, dict[int, float]]
+
+    def draft_call(self, batch: int) -> float:
+        sizes = sorted(self.draft)
+        return float(np.interp(batch, sizes, [self.draft[b] for b in sizes]))
+
+    def target_call(self, batch: int, tokens: int) -> float:
+        sizes = sorted(self.target)
+        at = [float(np.interp(tokens, sorted(self.target[b]), [self.target[b][n] for n in sorted(self.target[b])]))
+              for b in sizes]
+        return float(np.interp(batch, sizes, at))
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens a row commits per round with ``k`` drafts when each draft is
+    accepted with probability ``alpha`` given the ones before it:
+    ``1 + alpha + ... + alpha^k`` (the bonus token always counts)."""
+    return sum(alpha ** j for j in range(k + 1))
+
+
+def round_seconds(costs: Costs, batch: int, k: int, alpha: float) -> float:
+    """Model seconds of one round: ``k`` draft calls, one verify call over
+    ``k + 1`` tokens, and the draft call that keeps the draft cache in step
+    (the catch-up, needed with probability ``alpha^k``; always when ``k = 0``)."""
+    catch_up = 1.0 if k == 0 else alpha ** k
+    return (k + catch_up) * costs.draft_call(batch) + costs.target_call(batch, k + 1)
+
+
+def best_k(costs: Costs, batch: int, alpha: float, k_max: int = AUTO_MAX_K) -> int:
+    """``argmax_k expected_tokens / round_seconds`` over ``0 .. k_max``; the
+    smallest such ``k`` on ties (Spec §4.2.2)."""
+    rates = [expected_tokens(alpha, k) / round_seconds(costs, batch, k, alpha) for k in range(k_max + 1)]
+    return int(np.argmax(rates))
+
+
+@dataclass
+class AutoK:
+    """The ``"auto"`` draft-length policy (Spec §4.2.2).
+
+    ``choose(batch)`` is called before a round, ``observe(drafted, accepted)``
+    after it with ``k'`` and each row's ``m_i``. The acceptance estimate is
+    the maximum-likelihood one for a row that stops at its first rejection:
+    accepted drafts over drafts *tried* (a row with ``m_i < k'`` tried
+    ``m_i + 1``), starting from ``prior`` worth ``prior_weight`` tries.
+    """
+
+    costs: Costs
+    k_max: int = AUTO_MAX_K
+    prior: float = 0.5
+    prior_weight: float = 4.0
+    accepted: float = field(default=0.0)
+    tried: float = field(default=0.0)
+    chosen: list[int] = field(default_factory=list)  # k chosen per round, for statistics
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + self.prior * self.prior_weight) / (self.tried + self.prior_weight)
+
+    def choose(self, batch: int) -> int:
+        k = best_k(self.costs, batch, self.alpha, self.k_max)
+        self.chosen.append(k)
+        return k
+
+    def observe(self, drafted: int, accepted: list[int]) -> None:
+        if drafted == 0:
+            return  # a round without drafts says nothing about acceptance
+        self.accepted += sum(accepted)
+        self.tried += sum(m + (m < drafted) for m in accepted)
+
+
+def draft_length(k, batch: int) -> int:
+    """``k`` for this round: the int itself, or what a policy chooses."""
+    return k if isinstance(k, int) else k.choose(batch)
+
+
+def observe_round(k, record) -> None:
+    """Tell a policy what the round it chose did (no-op for a fixed ``k``)."""
+    if not isinstance(k, int):
+        k.observe(record.drafted, record.accepted)

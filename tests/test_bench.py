@@ -1,0 +1,82 @@
+"""``batchspec bench`` on a tiny pair: every row exact, achieved/ideal from
+measured costs, a wrong output fails the run, plots and JSON written, bad
+arguments rejected in one line. About 15 s."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchspec.bench import run as bench_run
+from batchspec.bench.ideal import ideal_generate_seconds, ideal_speculative_seconds
+from batchspec.cli import main
+from batchspec.reference.draft_policy import Costs
+
+SMALL = ["bench", "--pair", "tiny-llama", "--dtype", "float64", "--batch-sizes", "1,2", "--max-new-tokens", "6",
+         "--repeats", "2", "-k", "2,auto"]
+
+
+def test_bench_rows_are_exact_and_priced(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    code = main(SMALL + ["--json", "-", "--plots", str(plots)])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rows = document["rows"]
+    got = {(r["method"], r["batch"], r["k"]) for r in rows}
+    assert ("assisted", 1, None) in got and ("assisted", 2, None) not in got  # transformers refuses batch > 1
+    assert {("eqspec", 2, 2), ("eqspec", 2, "auto"), ("exspec", 2, 2), ("generate", 2, None)} <= got
+    for r in rows:
+        assert r["exact"] == f"{r['prompts']}/{r['prompts']}" and r["repeats"] == 2
+        assert r["min_s"] <= r["median_s"] <= r["max_s"]
+        if r["method"] in ("eqspec", "exspec"):
+            assert r["ideal"] > 0 and r["achieved_over_ideal"] == pytest.approx(r["vs_generate"] / r["ideal"])
+            assert sum(r["split"].values()) == pytest.approx(1.0)
+            assert r["peak_mb"] is not None
+    assert document["costs"]["target"]["2"]["3"] > 0  # k = 2 verifies 3 tokens
+    assert sorted(p.name for p in plots.iterdir()) == ["achieved_vs_ideal.png", "exspec_group_rate.png",
+                                                       "throughput.png", "time_split.png"]
+
+
+def test_a_wrong_output_fails_the_run(monkeypatch, capsys):
+    real = bench_run.run_case
+
+    def corrupt(pair, case, prompts, max_new_tokens):
+        seqs, seconds, stats = real(pair, case, prompts, max_new_tokens)
+        if case.method == "eqspec":
+            seqs = [s[:-1] + [(s[-1] + 1) % 90 + 2] for s in seqs]  # the last token of every row differs
+        return seqs, seconds, stats
+
+    monkeypatch.setattr(bench_run, "run_case", corrupt)
+    code = main(["bench", "--pair", "tiny-llama", "--dtype", "float64", "--batch-sizes", "2", "--max-new-tokens",
+                 "4", "--repeats", "1", "--methods", "generate,eqspec", "--no-memory"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "NOT EXACT: eqspec k=4 batch 2" in captured.err
+    assert "0/4" in captured.out and "4/4" in captured.out
+
+
+def test_ideal_prices_rounds_at_the_batch_they_had():
+    costs = Costs(draft={1: 1.0, 4: 2.0}, target={1: {1: 10.0, 3: 12.0}, 4: {1: 20.0, 3: 30.0}})
+
+    class Round:
+        def __init__(self, rows, k, accepted):
+            self.requests, self.drafted, self.accepted = list(range(rows)), k, accepted
+
+    # batch 4, k = 2, one row accepted both (catch-up): 3 draft calls + a 3-token verify at batch 4
+    # then batch 1, k = 2, no row accepted both: 2 draft calls + a 3-token verify at batch 1
+    rounds = [Round(4, 2, [2, 0, 1, 0]), Round(1, 2, [1])]
+    assert ideal_speculative_seconds(costs, rounds) == pytest.approx(3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
+    assert ideal_generate_seconds(costs, [5, 3], 4) == pytest.approx(8 * 20.0)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-k", "0"], "-k: expected comma-separated positive integers or 'auto'"),
+    (["-k", "4,fast"], "'fast'"),
+    (["--methods", "eqspec,turbo"], "--methods: unknown 'turbo'"),
+])
+def test_bad_arguments_are_one_line_usage_errors(capsys, args, message):
+    assert main(["bench", "--pair", "tiny-llama"] + args) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,103 @@
+"""``num_draft_tokens="auto"`` (Spec §4.2.2): the choice of ``k'`` follows the
+costs it is given, and whatever it chooses — plain decoding included — the
+greedy output is the target's own. About 10 s."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import batchspec
+from batchspec.driver import drive
+from batchspec.methods import METHODS, DecodeConfig
+from batchspec.reference import Models
+from batchspec.reference.draft_policy import AutoK, Costs, best_k, expected_tokens
+from batchspec.stats import Stats
+from batchspec.testing import random_prompts
+
+PROMPTS = random_prompts(seed=11, count=6, low=2, high=20)
+NEW = 14
+
+
+def flat_costs(draft: float, target_base: float, target_per_token: float) -> Costs:
+    return Costs(draft={1: draft, 8: draft},
+                 target={b: {n: target_base + target_per_token * n for n in (1, 2, 5, 9)} for b in (1, 8)})
+
+
+def test_free_drafts_and_flat_verify_draft_the_most():
+    assert best_k(flat_costs(0.0, 1.0, 0.0), batch=4, alpha=0.9) == 8
+
+
+def test_drafts_that_cost_more_than_they_save_mean_plain_decoding():
+    # a verify token costs as much as a whole call: drafting can never pay
+    assert best_k(flat_costs(0.5, 0.0, 1.0), batch=4, alpha=0.9) == 0
+    # hopeless drafts with a non-trivial draft cost: plain decoding as well
+    assert best_k(flat_costs(0.2, 1.0, 0.0), batch=4, alpha=0.0) == 0
+
+
+def test_acceptance_moves_the_choice():
+    costs = flat_costs(0.05, 1.0, 0.1)
+    assert best_k(costs, 4, alpha=0.2) < best_k(costs, 4, alpha=0.9)
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+def test_acceptance_estimate_counts_tried_drafts():
+    policy = AutoK(flat_costs(0.0, 1.0, 0.0), prior_weight=0.0)
+    policy.observe(4, [4, 0, 2])  # tried 4, 1 and 3 drafts
+    assert policy.alpha == pytest.approx(6 / 8)
+    policy.observe(0, [0, 0, 0])  # a round without drafts teaches nothing
+    assert policy.alpha == pytest.approx(6 / 8)
+
+
+class Scripted:
+    """A policy that plays a fixed sequence of k (cycling), 0 included."""
+
+    def __init__(self, ks):
+        self.ks, self.seen = ks, []
+
+    def choose(self, batch):
+        return self.ks[len(self.seen) % len(self.ks)]
+
+    def observe(self, drafted, accepted):
+        self.seen.append(drafted)
+
+
+@pytest.mark.parametrize("method", ["eqspec", "exspec"])
+def test_any_sequence_of_k_is_exact_and_keeps_every_invariant(pairs, greedy_reference, method):
+    target, draft = pairs("llama", "perturbed")
+    policy = Scripted([0, 3, 0, 0, 1, 5, 2])
+    config = DecodeConfig(k=policy, max_new_tokens=NEW, eos=None, batch_size=3)
+    outputs, stats = {}, Stats(method)
+    with torch.no_grad():
+        for decoder in METHODS[method].decoders(Models(target, draft), PROMPTS, config):
+            outputs.update(drive(decoder, stats, True, None, [], target.device))
+    assert [outputs[r].tokens for r in range(len(PROMPTS))] == [greedy_reference(target, p, NEW) for p in PROMPTS]
+    assert 0 in policy.seen and max(policy.seen) >= 3  # plain-decoding rounds really ran, and drafting resumed
+
+
+@pytest.mark.parametrize("method", ["eqspec", "exspec"])
+def test_auto_is_exact(pairs, greedy_reference, method):
+    target, draft = pairs("qwen3", "perturbed")
+    result = batchspec.generate(target, draft, PROMPTS, method=method, num_draft_tokens="auto",
+                                max_new_tokens=NEW, batch_size=3, check_invariants=True)
+    assert result.sequences == [greedy_reference(target, p, NEW) for p in PROMPTS]
+    assert all(0 <= r.drafted <= 8 for r in result.stats.per_round)
+
+
+def test_auto_is_refused_where_no_policy_applies(pairs):
+    target, draft = pairs("llama", "perturbed")
+    with pytest.raises(ValueError, match="num_draft_tokens='auto' is supported by"):
+        batchspec.generate(target, draft, PROMPTS, method="masking", num_draft_tokens="auto")
+    with pytest.raises(ValueError, match="num_draft_tokens must be an int"):
+        batchspec.generate(target, draft, PROMPTS, num_draft_tokens="fast")
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.95])
+@pytest.mark.parametrize("costs", [(0.05, 1.0, 0.1), (0.5, 0.0, 1.0), (0.0, 1.0, 0.0), (0.1, 0.2, 0.3)])
+def test_the_code_chooses_as_the_spec_does(alpha, costs):
+    from tests._spec_helpers import spec_namespace
+
+    table = flat_costs(*costs)
+    spec_k = spec_namespace()["choose_k"](table.draft_call(4), {n: table.target_call(4, n) for n in range(1, 10)},
+                                          alpha)
+    assert best_k(table, 4, alpha) == spec_k

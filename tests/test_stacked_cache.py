@@ -1,0 +1,90 @@
+"""The layer-stacked cache (Spec §2.3, §4.5): appends in place, per-layer
+views of exactly the live slots, and a realignment that is one gather per
+model whatever the layer count. About 1 s."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from batchspec.reference import cache as kv
+
+
+class Counting(TorchFunctionMode):
+    """Counts the tensor operations run inside it, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def filled(layers: int, batch: int = 3, heads: int = 2, slots: int = 7, dim: int = 4, seed: int = 0):
+    """A stacked cache filled through the public update path, and its per-layer truth."""
+    gen = torch.Generator().manual_seed(seed)
+    cache = kv.StackedCache(layers)
+    truth = []
+    for layer in range(layers):
+        k, v = (torch.randn(batch, heads, slots, dim, generator=gen, dtype=torch.float64) for _ in range(2))
+        cache.update(k, v, layer)
+        truth.append((k, v))
+    return cache, truth
+
+
+def test_layer_tensors_are_the_live_slots_and_appends_keep_them():
+    cache, truth = filled(layers=3)
+    assert kv.cache_length(cache) == 7
+    for (k, v), (tk, tv) in zip(kv.layer_tensors(cache), truth):
+        assert k.shape == (3, 2, 7, 4) and torch.equal(k, tk) and torch.equal(v, tv)
+    extra = [(torch.ones(3, 2, 30, 4, dtype=torch.float64) * i,) * 2 for i in range(3)]  # forces a larger buffer
+    for layer, (k, v) in enumerate(extra):
+        cache.update(k, v, layer)
+    for (k, _), (tk, _), (ek, _) in zip(kv.layer_tensors(cache), truth, extra):
+        assert k.shape[2] == 37 and torch.equal(k[:, :, :7], tk) and torch.equal(k[:, :, 7:], ek)
+    kv.crop_to(cache, 5)
+    assert [k.shape[2] for k, _ in kv.layer_tensors(cache)] == [5, 5, 5]
+    assert torch.equal(kv.layer_tensors(cache)[2][0], truth[2][0][:, :, :5])
+
+
+def test_realign_matches_the_per_row_definition():
+    cache, truth = filled(layers=2, batch=4, slots=9)
+    rows = torch.tensor([0, 2, 3])
+    delta = torch.tensor([2, 0, -1])
+    width = 8
+    slots = (torch.arange(width)[None, :] - delta[:, None]).clamp(min=0)  # [B', T'] as repad builds it
+    kv.realign(cache, rows, slots)
+    for (k, v), (tk, tv) in zip(kv.layer_tensors(cache), truth):
+        assert k.shape == (3, 2, width, 4)
+        for b, (row, d) in enumerate(zip(rows.tolist(), delta.tolist())):
+            for s in range(width):
+                assert torch.equal(k[b, :, s], tk[row, :, max(s - d, 0)])
+                assert torch.equal(v[b, :, s], tv[row, :, max(s - d, 0)])
+    # the next round appends after the moved slots without disturbing them
+    before = [k.clone() for k, _ in kv.layer_tensors(cache)]
+    for layer in range(2):
+        cache.update(torch.zeros(3, 2, 3, 4, dtype=torch.float64), torch.zeros(3, 2, 3, 4, dtype=torch.float64), layer)
+    for (k, _), b in zip(kv.layer_tensors(cache), before):
+        assert torch.equal(k[:, :, :width], b) and not k[:, :, width:].any()
+
+
+@pytest.mark.parametrize("layers", [1, 6, 24])
+def test_realign_is_one_gather_whatever_the_layer_count(layers):
+    cache, _ = filled(layers=layers)
+    rows, slots = torch.tensor([1, 2]), torch.tensor([[0, 0, 1, 2], [0, 1, 2, 3]])
+    with Counting() as mode:
+        kv.realign(cache, rows, slots)
+    assert mode.calls.get("index_select", 0) == 1
+    # slicing each layer's views (``__getitem__``) copies nothing; every other op is a fixed handful
+    copies = {name: n for name, n in mode.calls.items() if name not in ("__getitem__", "__get__")}
+    assert sum(copies.values()) < 20, copies
+
+
+def test_mismatched_layer_shapes_are_refused():
+    cache, _ = filled(layers=2)
+    with pytest.raises(ValueError, match="do not fit the stacked cache"):
+        cache.update(torch.zeros(3, 5, 1, 4), torch.zeros(3, 5, 1, 4), 1)
