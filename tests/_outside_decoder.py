@@ -6,6 +6,7 @@ outsider bugs: ``"batch_min"`` realigns the target cache by the batch-minimum
 accepted count; ``"rejected"`` appends the rejected draft instead of the
 target's own token."""
 
+# --8<-- [start:decoder]
 import torch
 from transformers import DynamicCache
 
@@ -71,6 +72,7 @@ def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=
                   repad(draft, caches[1], pad, keep, tokens.shape[1] - 1)]
         on_boundary(tokens, mask, target_cache=caches[0], draft_cache=caches[1])
     return [o[:n] for o in out]
+# --8<-- [end:decoder]
 
 
 @torch.no_grad()
