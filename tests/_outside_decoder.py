@@ -11,18 +11,18 @@ import torch
 from transformers import DynamicCache
 
 
-def left_pad(rows):
+def left_pad(rows, device="cpu"):
     """Grid ``[B, L]`` and its mask, each row padded on the left."""
     width = max(map(len, rows))
-    tokens = torch.tensor([[0] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    tokens = torch.tensor([[0] * (width - len(r)) + r for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
     return tokens, mask
 
 
 def forward(model, cache, ids, mask, slots=False):
     """``slots``: positions count grid slots, holes included (the BSP masking bug)."""
     if slots:
-        positions = torch.arange(mask.shape[1]) - (mask.cumsum(1) == 0).sum(1, keepdim=True)
+        positions = torch.arange(mask.shape[1], device=mask.device) - (mask.cumsum(1) == 0).sum(1, keepdim=True)
     else:
         positions = mask.cumsum(1) - 1  # content index
     positions = positions.clamp(min=0)[:, -ids.shape[1]:]
@@ -44,7 +44,7 @@ def repad(model, cache, pad, keep, width):
 @torch.no_grad()
 def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=None):
     rows, out = [list(p) for p in prompts], [[] for _ in prompts]
-    tokens, mask = left_pad(rows)
+    tokens, mask = left_pad(rows, target.device)
     caches = [DynamicCache(config=target.config), DynamicCache(config=draft.config)]
     for model, cache in zip((target, draft), caches):  # prefill: every slot but the newest
         forward(model, cache, tokens[:, :-1], mask[:, :-1])
@@ -67,7 +67,7 @@ def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=
         keep = [width + mi for mi in m]  # the newest token and the accepted drafts gain slots
         if bug == "batch_min":
             keep0 = [width + min(m)] * b
-        tokens, mask = left_pad(rows)
+        tokens, mask = left_pad(rows, target.device)
         caches = [repad(target, caches[0], pad, keep0 if bug == "batch_min" else keep, tokens.shape[1] - 1),
                   repad(draft, caches[1], pad, keep, tokens.shape[1] - 1)]
         on_boundary(tokens, mask, target_cache=caches[0], draft_cache=caches[1])
@@ -79,7 +79,7 @@ def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=
 def decode_holes(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, slots=False):
     """The same rounds, but nothing moves: rejected drafts stay in the grid as
     holes (mask 0) and the bonus token takes the round's last slot (Spec §7.1)."""
-    tokens, mask = left_pad([list(p) for p in prompts])
+    tokens, mask = left_pad([list(p) for p in prompts], target.device)
     out = [[] for _ in prompts]
     caches = [DynamicCache(config=target.config), DynamicCache(config=draft.config)]
     for model, cache in zip((target, draft), caches):
@@ -99,6 +99,6 @@ def decode_holes(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None
         for i in range(b):
             out[i] += drafts[i, :m[i]].tolist() + [int(bonus[i])]
         tokens = torch.cat([tokens, drafts, bonus], 1)
-        mask = torch.cat([mask, (torch.arange(k)[None, :] < m[:, None]).long(), mask.new_ones(b, 1)], 1)
+        mask = torch.cat([mask, (torch.arange(k, device=m.device)[None, :] < m[:, None]).long(), mask.new_ones(b, 1)], 1)
         on_boundary(tokens, mask)
     return [o[:n] for o in out]
