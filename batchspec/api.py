@@ -31,15 +31,23 @@ class GenerationResult:
 
 def draft_policy(models: Models, num_draft_tokens, batch_size: int):
     """``num_draft_tokens`` as the methods take it: the int, or for ``"auto"``
-    an :class:`AutoK` over forward costs measured now, before decoding, at
-    batch 1 and ``batch_size`` (Spec §4.2.2). Plain decoding takes ``k = 0``."""
+    an :class:`AutoK` over forward costs measured before decoding, at batch 1
+    and ``batch_size``, the first time a pair is decoded at that batch size
+    (about a second on a CPU; Spec §4.2.2). Plain decoding takes ``k = 0``."""
     if num_draft_tokens != "auto":
         return num_draft_tokens
     if models.draft is None:
         return 0
-    from .bench.costs import measure_costs
+    key = (id(models.target), id(models.draft), batch_size, models.target.device, models.target.dtype)
+    if key not in _CALIBRATED:  # once per pair and batch size in a process; a fresh acceptance estimate per call
+        from .bench.costs import measure_costs
 
-    return AutoK(measure_costs(models.target, models.draft, {1, batch_size}))
+        _CALIBRATED[key] = measure_costs(models.target, models.draft, {1, batch_size})
+    return AutoK(_CALIBRATED[key])
+
+
+#: forward costs measured for ``"auto"``, by pair (object identity), batch size, device and dtype
+_CALIBRATED: dict = {}
 
 
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,

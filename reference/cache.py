@@ -252,15 +252,22 @@ def stack(model, rows: list[list], pad: list[int]) -> StackedCache:
     return cache
 
 
-def split(cache: DynamicCache, spans: list[tuple[int, int, int]]) -> list[list]:
+def split(cache: StackedCache, spans: list[tuple[int, int, int]]) -> list[list]:
     """Per-sequence tensors, one per span ``(row, start, stop)``: slots
     ``start .. stop-1`` of batch row ``row``, in :func:`layer_tensors`' form
-    (``[]`` for an empty span; EXSPEC, Spec §8.3). Copies: a view would keep
-    the whole batch's tensors (every row, every speculative slot) alive for
-    as long as one of its sequences waits in the pool."""
-    tensors = layer_tensors(cache)
-    return [[(k[row:row + 1, :, start:stop].clone(), v[row:row + 1, :, start:stop].clone())
-             for k, v in tensors] if stop > start else [] for row, start, stop in spans]
+    (``[]`` for an empty span; EXSPEC, Spec §8.3). One copy per span out of
+    the layer-stacked storage, whose per-layer views are what the member
+    holds: a view of the *batch* would keep the whole batch's storage (every
+    row, every speculative slot) alive for as long as one of its sequences
+    waits in the pool."""
+    data, out = cache.store.data, []
+    for row, start, stop in spans:
+        if stop <= start:
+            out.append([])
+            continue
+        own = data[:, row:row + 1, :, start:stop].clone()  # [2·layers, 1, H, T_b, D]
+        out.append([(own[2 * layer], own[2 * layer + 1]) for layer in range(len(cache.layers))])
+    return out
 
 
 @torch.no_grad()
