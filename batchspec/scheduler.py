@@ -183,10 +183,13 @@ class Scheduler:
         if not self.pool.active:
             return {}, []
         saved = (self.pool.snapshot(), dict(self.completed), _copy_stats(self.stats), len(self.violations))
+        ledger = self.ledger.snapshot() if self.ledger is not None else None  # the checker's memory too
         try:
             return self._round()
         except BaseException:  # KeyboardInterrupt included: nothing half-done may stay
             pool, completed, stats, found = saved
+            if ledger is not None:
+                self.ledger.restore(ledger)
             self.pool.restore(pool)
             self.completed = completed
             for f in dataclasses.fields(Stats):

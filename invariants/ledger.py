@@ -144,6 +144,20 @@ class Ledger:
         ids = call.input_ids.to(device=prints.device, dtype=prints.dtype)[..., None]  # [B, n, 1]
         table.entries[rows, index] = torch.cat([prints, ids], dim=-1)
 
+    def snapshot(self):
+        """A copy to :meth:`restore` when a step is rolled back (a transactional caller)."""
+        return (dict(self.pending), {m: (dict(t.rows), t.entries.clone()) for m, t in self.tables.items()})
+
+    def restore(self, saved) -> None:
+        """Forget everything recorded since ``saved`` was taken."""
+        pending, tables = saved
+        self.pending = dict(pending)
+        self.tables = {}
+        for model, (rows, entries) in tables.items():
+            table = self.tables[model] = _Table(entries.device, entries.dtype)
+            table.rows, table.entries = dict(rows), entries.clone()
+        self._recorded.clear()
+
     def mark(self, call: ForwardCall) -> None:
         """``call`` was fingerprinted when it returned; :meth:`observe` skips it."""
         self._recorded.add(id(call))
