@@ -39,9 +39,12 @@ def drive(decoder, stats: Stats, mode, oracle, found: list, device, ledger=None)
 
     ``mode`` is ``generate``'s ``check_invariants``; violations go to ``found``
     (``"record"``) or raise :class:`InvariantViolation` at the first one;
-    ``oracle`` and ``ledger`` come from :func:`checks`.
+    ``oracle`` and ``ledger`` come from :func:`checks` (a caller that passes
+    no ledger gets one for this decoder alone: I6/I7 are never dropped silently).
     Returns the decoder's ``{request: RowOutput}``.
     """
+    if ledger is None and mode and mode != "structural":
+        ledger = Ledger()
     tick = clock(device)
     while True:
         try:
