@@ -42,7 +42,8 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
             continue  # nothing written yet, or a shape I3 reports
         live = obs.mask[:, :span] != 0  # [B, span]
         index = (live.long().cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
-        then = table.entries[table.index(requests), index]  # [B, span, 3]
+        rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
+        then = table.entries[rows, index]  # [B, span, 3]
         grid = obs.tokens[:, :span, None].to(then.device, then.dtype)  # [B, span, 1]
         now = torch.cat([fingerprints(view, 0, span), grid], dim=-1)  # [B, span, 3]
         tol = TOLERANCE.get(then.dtype, 1e-4)
