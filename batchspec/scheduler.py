@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -144,7 +145,7 @@ class Scheduler:
         if request in self.completed:
             return False
         member = next((m for m in self.pool.window if m.request == request), None)
-        self.pool.queue = type(self.pool.queue)(q for q in self.pool.queue if q[0] != request)
+        self.pool.queue = deque(q for q in self.pool.queue if q[0] != request)
         self.pool.window = [m for m in self.pool.window if m is not member]
         output = member.output if member is not None else RowOutput()
         output.stop = "cancelled"

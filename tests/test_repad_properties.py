@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import DynamicCache
 
 from batchspec.reference import cache as kv
 from batchspec.reference.state import attention_mask, content_index, repad
@@ -66,7 +65,8 @@ def test_realign_moves_kept_entries_and_drops_rejected(case, extra):
         p = width - c[i]
         for s in range(p, old_len):
             codes[i, 0, s, 0] = 1000 * i + (s - p)  # row i, content index s - p_i
-    cache = DynamicCache(ddp_cache_data=[(codes.clone(), codes.clone())])
+    cache = kv.StackedCache(1)  # batchspec's cache layout (Spec §2.3), filled through the public update path
+    cache.update(codes.clone(), codes.clone(), 0)
     length = torch.tensor(c)
     plan = repad(width - length, length, torch.tensor(a), torch.tensor(keep), width)
     kv.realign(cache, plan.rows, plan.slots[:, : plan.width - 1])

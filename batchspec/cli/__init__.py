@@ -40,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
     from .. import __version__
 
     top = Parser(prog="batchspec", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-                 description="Correct batch speculative decoding (EQSPEC / EXSPEC), specified and checked: "
-                             "run the methods on a model pair, compare them, audit any engine's outputs.")
+                 description="Correct batch speculative decoding (EQSPEC / EXSPEC), specified and checked:\n"
+                             "run the methods on a model pair, compare them, audit any engine's outputs.\n"
+                             "`batchspec COMMAND --help` describes each command.")
     top.add_argument("--version", action="version", version=f"batchspec {__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND",
                              parser_class=Parser)

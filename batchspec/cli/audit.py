@@ -107,8 +107,10 @@ def table(report) -> str:
                      f"  {gap:>10}  {tol:>10}")
     c = report.counts
     lines.append(f"exact {100 * report.exact_rate:.1f}%, partial {100 * report.partial_rate:.1f}%; "
-                 f"{c.get(NUMERIC, 0)} numeric near-tie, {c.get(ALGORITHMIC, 0)} algorithmic "
-                 f"(dtype {report.dtype}, tolerance {report.factor:g} ulps of the logit scale)")
+                 f"{c.get(NUMERIC, 0)} numeric near-tie, {c.get(ALGORITHMIC, 0)} algorithmic, "
+                 f"{c.get(UNCLASSIFIED, 0)} unclassified")
+    lines.append(f"(dtype {report.dtype}, tolerance {report.factor:g} ulps of the logit scale; "
+                 f"unclassified = no model gave margins, counted as failures)")
     return "\n".join(lines)
 
 

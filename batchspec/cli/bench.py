@@ -54,6 +54,7 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[1])
     add_pair_arguments(p)
     p.set_defaults(dtype="float32")  # what a user times with; exactness is still checked on every output
+    next(a for a in p._actions if a.dest == "dtype").help = "model precision (default float32)"
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated, from {', '.join(OURS + PEERS)} (default %(default)s; "
                         "generate_batch is transformers' continuous batching, very slow on CPU)")

@@ -107,7 +107,7 @@ def register(subparsers) -> None:
     p.add_argument("--prompts", type=positive_int, default=8, help="number of prompts (default %(default)s)")
     p.add_argument("-k", "--num-draft-tokens", type=positive_int, default=3,
                    help="draft tokens per round k (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=nonnegative_int, default=24,
+    p.add_argument("--max-new-tokens", type=positive_int, default=24,
                    help="tokens to generate per prompt (default %(default)s)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
     p.add_argument("--semantic", action="store_true",

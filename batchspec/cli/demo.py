@@ -1,4 +1,5 @@
-"""``batchspec demo``: EQSPEC against the autoregressive baseline, every invariant checked after every step.
+"""``batchspec demo``: EQSPEC against the autoregressive baseline, every invariant checked
+after every step.
 
 Columns: exact = prompts whose EQSPEC output equals the baseline's; tok/call =
 tokens committed per row per target call (1 for the baseline, up to k + 1);
@@ -29,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=4, help="rows per batch B (default %(default)s)")
     p.add_argument("-k", "--k", "--num-draft-tokens", dest="k", type=positive_int, default=4,
                    help="draft tokens per round k (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=nonnegative_int, default=48,
+    p.add_argument("--max-new-tokens", type=positive_int, default=48,
                    help="tokens to generate per prompt (default %(default)s)")
     p.add_argument("--prompts", type=positive_int, default=8, help="how many prompts (default %(default)s)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
@@ -110,5 +111,5 @@ def run(args) -> int:
     if pair.decode is not None:
         print()
         for prompt, out in list(zip(prompts, spec))[:3]:
-            print(f"... {pair.decode(prompt)[-40:]!r}\n    -> {pair.decode(out)[:60]!r}")
+            print(f"... {repr(pair.decode(prompt)[-40:])[-90:]}\n    -> {repr(pair.decode(out))[:90]}")
     return status

