@@ -63,15 +63,15 @@ def check_main(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("conformance", help="export test vectors, or check a decoder against them",
                               description=__doc__.split("\n\n")[1])
-    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="export or check")
     e = sub.add_parser("export", help="write the vectors and their models into DIR")
-    e.add_argument("dir")
+    e.add_argument("dir", help="folder to write (created if missing)")
     from ..conformance.export import FAMILIES
 
     e.add_argument("--families", nargs="+", default=list(FAMILIES), help="tiny architectures (default: all)")
     e.set_defaults(func=export_main)
     c = sub.add_parser("check", help="run a decoder on every vector in DIR; exit 1 if any fails")
-    c.add_argument("dir")
+    c.add_argument("dir", help="folder written by `batchspec conformance export`")
     c.add_argument("--decoder", help="module:function, called as f(target, draft, prompts, k, "
                    "max_new_tokens, eos_token_id)")
     c.add_argument("--command", help="a command run as CMD VECTOR.json, printing {\"sequences\": ...} as JSON")
