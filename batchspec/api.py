@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .oracle import hf_oracle
-from .driver import drive
+from .driver import checks, drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
 from .reference.draft_policy import AutoK
@@ -61,9 +60,11 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     Greedy output equals, token for token, the target's own batch-1 greedy
     ``generate`` of each prompt, cut after the first EOS. ``check_invariants``:
     ``False``; ``True`` (raise :class:`InvariantViolation` at the first
-    violation, structural checks); ``"semantic"`` (also recompute every cached
-    key/value with a fresh forward); ``"record"`` (collect every violation in
-    ``result.violations`` and run to the end). ``window_size`` and
+    violation: I1–I8, cache contents by provenance fingerprints);
+    ``"structural"`` (I1–I5 only, no history); ``"semantic"`` (also recompute
+    every cached key/value with a fresh forward); ``"record"`` (the checks of
+    ``True``, every violation collected in ``result.violations``, run to the
+    end). ``window_size`` and
     ``sort_by_length`` (default True) apply to ``method="exspec"`` only;
     given to another method they raise. Every mistake raises ``ValueError`` or
     ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens="auto"`` chooses ``k'``
@@ -92,12 +93,12 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
         sort_by_length=sort_by_length is not False,
         sampler=None if keys is None else Sampler(Warping(float(temperature), top_k, top_p), dict(enumerate(keys))))
-    oracle = hf_oracle({"target": target, "draft": draft}) if check_invariants == "semantic" else None
+    oracle, ledger = checks(check_invariants, target, draft)
     stats, found, outputs = Stats(method), [], {}
     start = time.perf_counter()
     with torch.no_grad():
         for decoder in spec.decoders(models, prompts, config):
-            outputs.update(drive(decoder, stats, check_invariants, oracle, found, target.device))
+            outputs.update(drive(decoder, stats, check_invariants, oracle, found, target.device, ledger))
     stats.wall_seconds = time.perf_counter() - start
     sequences = [outputs[r].tokens for r in range(len(prompts))]
     stats.generated_tokens = sum(map(len, sequences))

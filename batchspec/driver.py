@@ -12,7 +12,8 @@ import time
 
 import torch
 
-from .invariants import InvariantViolation, violations
+from .invariants import InvariantViolation, Ledger, violations
+from .oracle import hf_oracle
 from .reference import observation
 from .stats import Stats
 
@@ -24,13 +25,26 @@ def clock(device) -> float:
     return time.perf_counter()
 
 
-def drive(decoder, stats: Stats, mode, oracle, found: list, device) -> dict:
+def checks(mode, target, draft) -> tuple:
+    """``(oracle, ledger)`` for ``generate``'s ``check_invariants`` ``mode``: the
+    ledger (I6, I7) in every mode but ``"structural"``, the oracle (semantic
+    I3) in ``"semantic"``. One pair per run: the ledger follows requests
+    across batches and rounds."""
+    oracle = hf_oracle({"target": target, "draft": draft}) if mode == "semantic" else None
+    return oracle, (Ledger() if mode and mode != "structural" else None)
+
+
+def drive(decoder, stats: Stats, mode, oracle, found: list, device, ledger=None) -> dict:
     """Run one batch's decoder to the end, timing each step and checking invariants.
 
     ``mode`` is ``generate``'s ``check_invariants``; violations go to ``found``
-    (``"record"``) or raise :class:`InvariantViolation` at the first one.
+    (``"record"``) or raise :class:`InvariantViolation` at the first one;
+    ``oracle`` and ``ledger`` come from :func:`checks` (a caller that passes
+    no ledger gets one for this decoder alone: I6/I7 are never dropped silently).
     Returns the decoder's ``{request: RowOutput}``.
     """
+    if ledger is None and mode and mode != "structural":
+        ledger = Ledger()
     tick = clock(device)
     while True:
         try:
@@ -50,7 +64,7 @@ def drive(decoder, stats: Stats, mode, oracle, found: list, device) -> dict:
             stats.per_round.append(event.record)
         if mode and event.state.batch:
             check_start = time.perf_counter()
-            new = violations(observation(event), oracle)
+            new = violations(observation(event), oracle, ledger=ledger)
             if new and mode != "record":
                 raise InvariantViolation(new[0], tuple(new[1:]))
             found.extend(new)

@@ -1,4 +1,11 @@
-"""A key/value oracle over Hugging Face models for the semantic mode of I3."""
+"""A key/value oracle over Hugging Face models for the semantic mode of I3 (Spec §3.3).
+
+Pass it to :func:`batchspec.invariants.check` / ``violations`` (``oracle=``) or to
+:func:`batchspec.invariants.watch`; ``batchspec.generate(check_invariants="semantic")``
+builds one itself. It runs a fresh single-sequence forward per row, per model, per
+step: many times the decode time, which is why the default mode checks cache
+contents by provenance fingerprints instead (Spec §3.6).
+"""
 
 from __future__ import annotations
 

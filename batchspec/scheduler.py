@@ -19,9 +19,8 @@ from typing import Iterator
 
 import torch
 
-from .driver import clocked, drive
+from .driver import checks, clocked, drive
 from .methods import METHODS, default_window
-from .oracle import hf_oracle
 from .reference.exspec import EXSPEC_STEPS, ExspecSteps, exspec_round
 from .reference.exspec_policy import Policy, laggards_first
 from .reference.exspec_pool import Pool
@@ -111,7 +110,7 @@ class Scheduler:
         self.k, self.max_new_tokens, self.eos = num_draft_tokens, max_new_tokens, frozenset(eos)
         self.policy, self.steps = checked(policy), steps
         self.mode = check_invariants
-        self.oracle = hf_oracle({"target": target, "draft": draft}) if check_invariants == "semantic" else None
+        self.oracle, self.ledger = checks(check_invariants, target, draft)
         self.stats = Stats("exspec")
         self.violations: list = []
         self.completed: dict[int, RowOutput] = {}
@@ -185,10 +184,13 @@ class Scheduler:
         if not self.pool.active:
             return {}, []
         saved = (self.pool.snapshot(), dict(self.completed), _copy_stats(self.stats), len(self.violations))
+        ledger = self.ledger.snapshot() if self.ledger is not None else None  # the checker's memory too
         try:
             return self._round()
         except BaseException:  # KeyboardInterrupt included: nothing half-done may stay
             pool, completed, stats, found = saved
+            if ledger is not None:
+                self.ledger.restore(ledger)
             self.pool.restore(pool)
             self.completed = completed
             for f in dataclasses.fields(Stats):
@@ -208,7 +210,8 @@ class Scheduler:
         start = time.perf_counter()
         with torch.no_grad():
             rnd = exspec_round(self.models, self.pool, self.policy, self.k, cap, eos, self.steps)
-            done = drive(clocked(rnd, device), self.stats, self.mode, self.oracle, self.violations, device)
+            done = drive(clocked(rnd, device), self.stats, self.mode, self.oracle, self.violations, device,
+                         self.ledger)
         for member in self.pool.window:
             if self._cut(member.request, member.output):
                 done[member.request] = member.output

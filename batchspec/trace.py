@@ -79,7 +79,7 @@ from pathlib import Path
 import torch
 
 from . import api, faults, methods
-from .invariants import violations
+from .invariants import Ledger, violations
 from .oracle import hf_oracle
 from .reference import cache as kv
 from .reference import observation
@@ -164,7 +164,8 @@ class Recorder:
     labelled cache row last seen, to tell where each slot's key came from."""
 
     def __init__(self, oracle=None):
-        self.oracle, self.steps = oracle, []
+        # the default checks, I6/I7 included: one ledger for the run, as generate keeps one
+        self.oracle, self.ledger, self.steps = oracle, Ledger(), []
         self.seen: dict[tuple[str, int], tuple[list[tuple], int]] = {}  # -> (labelled slots, p_i)
         self.before: dict[int, tuple[list[int], dict]] = {}  # batch -> (pad, verify obs) of the round
 
@@ -178,7 +179,7 @@ class Recorder:
                 "violations": []}
         if obs is not None:
             step["observation"] = self._observation(obs)
-            step["violations"] = [_violation(v) for v in violations(obs, self.oracle)]
+            step["violations"] = [_violation(v) for v in violations(obs, self.oracle, ledger=self.ledger)]
             if event.step == "verify":
                 self.before[batch] = step["observation"]
         if event.record is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-CHECK_MODES = (False, True, "record", "semantic")
+CHECK_MODES = (False, True, "structural", "record", "semantic")
 
 # What each method reads and how far its positions reach are properties of the method
 # (``Method.options``, ``Method.tight_length`` in batchspec.methods), not of its name, so a

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from .observation import Observation
 from .violation import Violation
 
@@ -17,13 +19,10 @@ def reporter(obs: Observation, invariant: str, name: str):
     return report
 
 
-def prefix_ones(mask_row) -> tuple[int, int]:
-    """``(zeros, ones)`` if ``mask_row`` is zeros then ones, else ``(-1, -1)``."""
-    values = [int(v) for v in mask_row.tolist()]
-    zeros = 0
-    while zeros < len(values) and values[zeros] == 0:
-        zeros += 1
-    if any(v != 1 for v in values[zeros:]):
-        return -1, -1
-    return zeros, len(values) - zeros
-
+def leading_zeros(mask) -> list[int]:
+    """Per row of ``mask`` ``[B, W]``: its count of leading zeros if the row is
+    zeros then ones, else -1."""
+    m = mask.long()
+    zeros = (m.cumsum(1) == 0).sum(1)  # [B]
+    shaped = ((m == 0) | (m == 1)).all(1) & (m.sum(1) + zeros == m.shape[1])  # [B]
+    return torch.where(shaped, zeros, -1).tolist()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._util import prefix_ones, reporter
+import torch
+
+from ._util import leading_zeros, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -20,21 +22,31 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
                        "pad, length, mask and tokens disagree on the number of rows")]
     if obs.mask.shape[1] != width:
         return [report(None, width, obs.mask.shape[1], "grid mask width differs from L")]
+    pad = torch.tensor(obs.pad, device=obs.mask.device)[:, None]  # [B, 1]
+    slots = torch.arange(max([width] + [c.attention_mask.shape[1] for c in obs.calls]), device=pad.device)
+    expected = slots[None, :] >= pad  # [B, W] p_i zeros then ones, as wide as the widest mask
+    grid_zeros = None if same(obs.mask, expected) else leading_zeros(obs.mask)  # slow path: find rows
     for i in range(rows):
         p, c = obs.pad[i], obs.length[i]
         if p < 0 or c < 1 or p + c != width:
             out.append(report(i, f"p_i + c_i = L = {width}, p_i >= 0, c_i >= 1",
                               {"p_i": p, "c_i": c}, "row does not fill the grid"))
             continue
-        zeros, ones = prefix_ones(obs.mask[i])
-        if (zeros, ones) != (p, c):
+        if grid_zeros is not None and grid_zeros[i] != p:  # then the c_i = L - p_i others are ones
             out.append(report(i, [0] * p + [1] * c, obs.mask[i].tolist(),
                               "grid mask is not p_i zeros then c_i ones"))
     for call in obs.calls:
+        if call.attention_mask.shape[0] == rows and same(call.attention_mask, expected):
+            continue
+        zeros = leading_zeros(call.attention_mask)
         for i in range(min(rows, call.attention_mask.shape[0])):
-            zeros, _ = prefix_ones(call.attention_mask[i])
-            if zeros != obs.pad[i]:
+            if zeros[i] != obs.pad[i]:
                 out.append(report(i, [0] * obs.pad[i] + ["1..."], call.attention_mask[i].tolist(),
                                   "attention mask passed to the model is not p_i zeros then ones",
                                   call.model))
     return out
+
+
+def same(mask, expected) -> bool:
+    """``mask`` ``[B, W]`` equals the first ``W`` columns of ``expected`` (one comparison)."""
+    return bool(mask.eq(expected[:, : mask.shape[1]]).all())

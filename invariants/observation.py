@@ -2,7 +2,8 @@
 
 Any batch speculative decoder can fill it: nothing here depends on batchspec's
 own implementation. Fill one :class:`Observation` after every step of your
-decoder and pass it to :func:`batchspec.invariants.check`.
+decoder and pass it to :func:`batchspec.invariants.check`, or let
+:func:`batchspec.invariants.watch` fill them from the models' forward calls.
 
 Layout conventions (the paper's, Spec §2):
 
@@ -17,7 +18,8 @@ Layout conventions (the paper's, Spec §2):
 
 Step names: ``"prefill"``, ``"draft"``, ``"verify"``, ``"align"``. A
 *boundary* step (``prefill``, ``align``) ends with every cache exactly
-``L - 1`` slots long.
+``L - 1`` slots long. Model names are exactly ``"target"`` and ``"draft"``
+(:data:`MODELS`).
 """
 
 from __future__ import annotations
@@ -28,23 +30,44 @@ from typing import Callable
 import torch
 
 BOUNDARY_STEPS = ("prefill", "align")
+STEPS = ("prefill", "draft", "verify", "align", "finish")
+MODELS = ("target", "draft")
 
 
 @dataclass
 class ForwardCall:
-    """What one forward call of one model was really given."""
+    """What one forward call of one model was really given (Spec §3).
 
-    model: str  # "target" | "draft"
+    Attributes:
+        model: ``"target"`` or ``"draft"`` (anything else is a ``ValueError``).
+        input_ids: ``[B, n]`` the token ids fed, one row per batch row.
+        attention_mask: ``[B, T + n]`` the mask passed, over the ``T`` cached
+            slots and then the ``n`` inputs (1 attended, 0 masked).
+        position_ids: ``[B, n]`` the position ids passed with the inputs.
+        cache_length: ``T``, the slots the model's cache held **before** the
+            call (a length read after the call includes the inputs and is
+            rejected with a ``ValueError``).
+        logits: ``[B, n, V]`` (or ``[B, kept, V]``) what the call returned.
+            Required for the target's verification call (I5 reads it);
+            optional elsewhere.
+    """
+
+    model: str
     input_ids: torch.Tensor  # [B, n]
-    attention_mask: torch.Tensor  # [B, T + n], over cache slots then inputs
+    attention_mask: torch.Tensor  # [B, T + n]
     position_ids: torch.Tensor  # [B, n]
-    cache_length: int  # T, slots in the cache before the call
-    logits: torch.Tensor | None = None  # [B, n or kept, V] what the call returned (I5 reads the target's)
+    cache_length: int  # T, before the call
+    logits: torch.Tensor | None = None  # [B, n or kept, V]
 
 
 @dataclass
 class CacheView:
-    """One model's cache: per layer ``(keys, values)``, each ``[B, H, T, D]``."""
+    """One model's cache as the invariants read it (Spec §2.3).
+
+    Attributes:
+        layers: per layer ``(keys, values)``, each ``[B, kv_heads, T, head_dim]``;
+            ``[]`` for an empty cache. No copy is needed: the checks only read.
+    """
 
     layers: list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -53,10 +76,21 @@ class CacheView:
         """Slots ``T`` (0 for an empty cache)."""
         return self.layers[0][0].shape[2] if self.layers else 0
 
+    @classmethod
+    def from_hf(cls, cache) -> "CacheView":
+        """The view of a Hugging Face ``Cache`` (the dynamic one, for instance), read
+        through its public iteration (``for keys, values, *_ in cache``);
+        ``None`` gives an empty view."""
+        if cache is None:
+            return cls([])
+        layers = [(entry[0], entry[1]) for entry in cache]
+        return cls([(k, v) for k, v in layers if k is not None and k.numel()])
+
 
 #: ``oracle(model_name, token_ids) -> [(keys, values) per layer]``, each
 #: ``[1, H, n, D]``: the cache a fresh single-sequence forward of ``token_ids``
-#: at positions ``0 .. n-1`` produces. Used by the semantic mode of I3.
+#: at positions ``0 .. n-1`` produces. Used by the semantic mode of I3
+#: (:func:`batchspec.oracle.hf_oracle` builds one from two HF models).
 KVOracle = Callable[[str, list[int]], list[tuple[torch.Tensor, torch.Tensor]]]
 
 
@@ -73,20 +107,45 @@ class SampledRound:
 
 @dataclass
 class Observation:
-    """The state of a batch after one step, plus the calls made during it."""
+    """The state of a batch after one step, plus the calls made during it (Spec §3).
+
+    Attributes:
+        round: the round number (0 for prefill, 1 for the first round).
+        step: one of :data:`STEPS`; ``prefill`` and ``align`` are boundaries.
+        tokens: ``[B, L]`` the token grid the decoder holds after the step;
+            padding slots may hold anything.
+        mask: ``[B, L]`` the attention mask the decoder holds for the grid.
+        pad: ``p_i`` per row, padding slots (compact layout: the leading zeros).
+        length: ``c_i`` per row, content tokens (prompt + committed output).
+        caches: ``{"target": CacheView, "draft": CacheView}`` after the step
+            (``"draft"`` only when there is a draft model).
+        calls: every :class:`ForwardCall` made during the step, in order.
+        requests: the request id of each row (rows move and leave; the
+            ledger checks I6/I7 follow requests). ``None``: row ``i`` is
+            request ``i`` for the whole run.
+        draft_tokens: ``[B, k']`` the drafts of the current round so far.
+            Required at ``draft`` and ``verify`` steps (``[B, 0]`` when
+            nothing is drafted).
+        committed: per row, the ``a_i`` tokens this step commits. Required at
+            the ``verify`` step (I5 checks them against the target's logits,
+            I7 against the grid the next boundary holds).
+        sampled: at the ``verify`` step of a sampled round, what it decided
+            from (:class:`SampledRound`): I8 re-decides every committed token
+            by the decoder's rule, and I5 skips the step. ``None`` when greedy.
+    """
 
     round: int
     step: str
-    tokens: torch.Tensor  # [B, L] left-padded committed grid; pad slots arbitrary
-    mask: torch.Tensor  # [B, L] the attention mask the decoder holds for the grid
+    tokens: torch.Tensor  # [B, L]
+    mask: torch.Tensor  # [B, L]
     pad: list[int]  # p_i
     length: list[int]  # c_i
-    caches: dict[str, CacheView]  # "target", and "draft" when there is one
-    calls: list[ForwardCall] = field(default_factory=list)  # made during this step
-    requests: list[int] | None = None  # request id of each row, for messages
-    draft_tokens: torch.Tensor | None = None  # [B, k'] drafts of the current round, if any
-    committed: list[list[int]] | None = None  # tokens this step commits to each row (verify), for I5
-    sampled: SampledRound | None = None  # verify step of a sampled round, for I8 (I5 then skips)
+    caches: dict[str, CacheView]
+    calls: list[ForwardCall] = field(default_factory=list)
+    requests: list[int] | None = None
+    draft_tokens: torch.Tensor | None = None  # [B, k']
+    committed: list[list[int]] | None = None  # [B][a_i]
+    sampled: SampledRound | None = None
 
     @property
     def width(self) -> int:
@@ -99,5 +158,9 @@ class Observation:
         return self.step in BOUNDARY_STEPS
 
     def content(self, row: int) -> list[int]:
-        """Committed tokens of ``row``."""
+        """Committed tokens of ``row`` in the compact layout: after its ``p_i`` pads."""
         return self.tokens[row, self.pad[row]:].tolist()
+
+    def live_content(self, row: int) -> list[int]:
+        """Committed tokens of ``row`` in any layout: the slots its grid mask attends."""
+        return self.tokens[row][self.mask[row] != 0].tolist()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from ._util import reporter
 from .observation import Observation
 from .violation import Violation
@@ -36,11 +38,10 @@ def position_continuity(obs: Observation) -> list[Violation]:
         if obs.step == "prefill" or call.input_ids.shape[1] == 0:
             continue
         speculative = t - (obs.width - 1)
-        for i in range(min(rows, call.position_ids.shape[0])):
-            expected = obs.length[i] - 1 + speculative
-            actual = int(call.position_ids[i, 0])
-            if actual != expected:
-                out.append(report(i, expected, actual,
-                                  "first input does not continue the row's committed stream "
-                                  f"(c_i - 1 + {speculative} speculative cached slots)", call.model))
+        b = min(rows, call.position_ids.shape[0])
+        expected = torch.tensor(obs.length[:b], device=call.position_ids.device) - 1 + speculative  # [b]
+        for i in (call.position_ids[:b, 0] != expected).nonzero().flatten().tolist():
+            out.append(report(i, int(expected[i]), int(call.position_ids[i, 0]),
+                              "first input does not continue the row's committed stream "
+                              f"(c_i - 1 + {speculative} speculative cached slots)", call.model))
     return out

@@ -2,7 +2,9 @@
 
 Like the INVARIANTS list of a TLA+ model config: one tuple, in order. Each
 entry is ``(id, predicate)``; every predicate is a pure function
-``(Observation, **options) -> list[Violation]``.
+``(Observation, **options) -> list[Violation]``. The checks that need the
+run's history (I6, I7) read it from a :class:`~batchspec.invariants.ledger.Ledger`
+passed as an option; without one they are off (the structural mode).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from .alignment import rectangular_alignment
 from .cache import cache_correspondence
 from .positions import position_continuity
+from .provenance import cache_provenance, committed_stream
 from .sampled_verification import sampled_verification
 from .sync import draft_target_sync
 from .verification import greedy_verification
@@ -20,5 +23,10 @@ INVARIANTS = (
     ("I3", cache_correspondence),
     ("I4", draft_target_sync),
     ("I5", greedy_verification),
+    ("I6", cache_provenance),
+    ("I7", committed_stream),
     ("I8", sampled_verification),
 )
+
+#: Which option each predicate reads (the others take the observation only).
+OPTIONS = {cache_correspondence: "oracle", cache_provenance: "ledger", committed_stream: "ledger"}

@@ -37,8 +37,10 @@ def greedy_reference():
     def get(target, prompt, n, eos=None):
         key = (id(target), tuple(prompt), n, tuple(eos) if isinstance(eos, list) else eos)
         if key not in cache:
-            cache[key] = reference_greedy(target, prompt, n, eos)
-        return cache[key]
+            # keep the model alive with its entry: a freed model's id is reused by the next
+            # one built, which would then read this model's references
+            cache[key] = (target, reference_greedy(target, prompt, n, eos))
+        return cache[key][1]
 
     return get
 

@@ -136,3 +136,13 @@ def test_cli_two_files_table(tmp_path, capsys):
     cand.write_text(json.dumps({"prompt": [5, 7], "output": [1]}) + "\n")
     assert cli(["audit", str(ref), "--candidate", str(cand), "--no-model"]) == 2
     assert "different prompts" in capsys.readouterr().err
+
+
+def test_cli_no_model_fails_when_outputs_differ(tmp_path, capsys):
+    """Without a model nothing can be classified, so any difference is a failure (exit 1):
+    CI that runs ``--no-model`` must not pass a divergent engine."""
+    ref, cand = tmp_path / "ref.jsonl", tmp_path / "cand.jsonl"
+    ref.write_text(json.dumps({"prompt": [5, 6], "output": [1, 2, 3]}) + "\n")
+    cand.write_text(json.dumps({"prompt": [5, 6], "output": [1, 2, 4]}) + "\n")
+    assert cli(["audit", str(ref), "--candidate", str(cand), "--no-model"]) == 1
+    assert "unclassified" in capsys.readouterr().out

@@ -160,7 +160,11 @@ def test_release_from_the_wrong_row_is_caught_by_semantic_i3(pairs, greedy_refer
     with pytest.raises(InvariantViolation) as caught:
         run_with(pairs, steps, "semantic")
     assert caught.value.invariant == "I3" and caught.value.step == "align"
-    outputs = run_with(pairs, steps, True)  # structurally fine, and wrong
+    with pytest.raises(InvariantViolation) as default:  # the default checks see it too, by provenance
+        run_with(pairs, steps, True)
+    assert (default.value.invariant, default.value.step) == ("I6", "align")
+    assert default.value.round == caught.value.round
+    outputs = run_with(pairs, steps, "structural")  # structurally fine, and wrong
     target, _ = pairs("llama", "perturbed")
     assert [outputs[r].tokens for r in range(len(PROMPTS))] != expected(greedy_reference, target, PROMPTS, 10)
 

@@ -4,12 +4,14 @@ Scenario: the float64 tiny qwen3 pair, four prompts of unequal length, k = 3,
 10 new tokens. Round 1 is uniform (every row commits 4), round 2 the first
 ragged one; one prompt's greedy output emits the pad id 0 in round 1.
 
-Every fault is run twice: structural checks (``check_invariants="record"``,
-what ``True`` checks) and semantic checks (``"semantic"``, which also
-recomputes every cached key/value). The literal table ``CAUGHT`` is the
-catch-rate report; each semantic round is also derived from a correct EQSPEC
-run by the fault's own trigger rule (the round where the fault first changes
-anything), so a predicate that fired late, or early, would fail here.
+Every fault is run three times: structural checks (``check_invariants=
+"structural"``, I1–I5 on each observation alone), the default checks
+(``True``: I1–I8, cache contents by provenance fingerprints, Spec §3.6) and
+semantic checks (``"semantic"``, which also recomputes every cached key/value
+with a fresh forward). The literal table ``CAUGHT`` is the catch-rate report
+(Spec §7.7); each default and semantic round is also derived from a correct
+EQSPEC run by the fault's own trigger rule (the round where the fault first
+changes anything), so a predicate that fired late, or early, would fail here.
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ from batchspec import faults
 from batchspec.invariants import ForwardCall, Observation, violations
 from batchspec.invariants.verification import greedy_verification
 
-#: fault -> (first violation with structural checks or None, first with semantic checks),
-#: each (invariant, round, step)
+#: fault -> first violation (invariant, round, step) with structural checks (or None),
+#: with the default checks, with semantic checks
 CAUGHT = {
-    "position_counter": (("I2", 2, "draft"), ("I2", 2, "draft")),
-    "shared_offset": (("I3", 3, "align"), ("I3", 2, "align")),
-    "draft_unaligned": (None, ("I3", 2, "align")),
-    "bonus_from_draft": (("I5", 2, "verify"), ("I5", 2, "verify")),
-    "keep_rejected_slot": (None, ("I3", 2, "align")),
-    "permuted_rows": (None, ("I3", 2, "align")),
-    "pad_from_token_id": (None, ("I3", 1, "align")),
+    "position_counter": (("I2", 2, "draft"), ("I2", 2, "draft"), ("I2", 2, "draft")),
+    "shared_offset": (("I3", 3, "align"), ("I6", 2, "align"), ("I3", 2, "align")),
+    "draft_unaligned": (None, ("I6", 2, "align"), ("I3", 2, "align")),
+    "bonus_from_draft": (("I5", 2, "verify"), ("I5", 2, "verify"), ("I5", 2, "verify")),
+    "keep_rejected_slot": (None, ("I6", 2, "align"), ("I3", 2, "align")),
+    "permuted_rows": (None, ("I6", 2, "align"), ("I3", 2, "align")),
+    "pad_from_token_id": (None, ("I6", 1, "align"), ("I3", 1, "align")),
 }
+MODES = ("structural", True, "semantic")
 
 
 def trigger(fault: str, rec, width: int, staying: set, tokens: dict, drift: dict) -> bool:
@@ -86,36 +89,44 @@ def test_the_scenario_is_what_the_table_assumes():
     assert correct.sequences == reference("qwen3", WITH_PAD_ID)
 
 
-@pytest.mark.parametrize("fault", sorted(CAUGHT))
-def test_structural_checks(fault):
-    found = run(fault, "record").violations
-    first = (found[0].invariant, found[0].round, found[0].step) if found else None
-    assert first == CAUGHT[fault][0]
+def first(fault, mode):
+    """``(violation, result)``: the first violation in ``mode`` (None if the run ends clean)."""
+    try:
+        return None, run(fault, mode)
+    except batchspec.InvariantViolation as caught:
+        return caught, None
 
 
+def test_structural_checks():
+    for fault, (expected, _, _) in CAUGHT.items():
+        v, result = first(fault, "structural")
+        assert (None if v is None else (v.invariant, v.round, v.step)) == expected, fault
+        if v is None:
+            assert result.violations == [], fault
+
+
+@pytest.mark.parametrize("mode", [True, "semantic"], ids=["default", "semantic"])
 @pytest.mark.parametrize("fault", sorted(CAUGHT))
-def test_semantic_checks_catch_every_fault_where_it_first_acts(fault):
-    with pytest.raises(batchspec.InvariantViolation) as caught:
-        run(fault, "semantic")
-    v = caught.value
-    assert (v.invariant, v.round, v.step) == CAUGHT[fault][1]
+def test_default_and_semantic_checks_catch_every_fault_where_it_first_acts(fault, mode):
+    v, _ = first(fault, mode)
+    assert v is not None, f"{fault} not caught"
+    assert (v.invariant, v.round, v.step) == CAUGHT[fault][MODES.index(mode)]
     assert v.round == predicted_round(fault)
     assert v.model == ("draft" if fault in ("draft_unaligned", "position_counter") else "target")
 
 
 def test_catch_rate():
-    structural = sum(s is not None for s, _ in CAUGHT.values())
-    semantic = sum(s is not None for _, s in CAUGHT.values())
-    assert (structural, semantic, len(CAUGHT)) == (3, 7, 7)
+    caught = [sum(row[m] is not None for row in CAUGHT.values()) for m in range(3)]
+    assert (*caught, len(CAUGHT)) == (3, 7, 7, 7)
 
 
 def test_faults_the_structural_checks_miss_still_change_the_output():
     """Why the semantic mode exists: these faults keep every shape and every mask right."""
     expected = reference("qwen3", WITH_PAD_ID)
     for fault in ("keep_rejected_slot", "permuted_rows", "pad_from_token_id"):
-        assert run(fault, "record").sequences != expected, fault
+        assert run(fault, False).sequences != expected, fault
     # the draft cache only feeds proposals, which the target verifies: output exact
-    assert run("draft_unaligned", "record").sequences == expected
+    assert run("draft_unaligned", False).sequences == expected
 
 
 @pytest.mark.parametrize("fault", ["permuted_rows", "draft_unaligned"])
@@ -123,8 +134,9 @@ def test_realignment_faults_are_inert_at_batch_1(fault):
     """Negative control: at B = 1 every δ_i = 0 (Spec §5.3), so nothing is realigned
     and these faults have nothing to corrupt: no violation, exact output."""
     prompt = [WITH_PAD_ID[2]]
-    result = run(fault, "semantic", prompt)
-    assert result.violations == [] and result.sequences == reference("qwen3", prompt)
+    for mode in (True, "semantic"):
+        result = run(fault, mode, prompt)
+        assert result.violations == [] and result.sequences == reference("qwen3", prompt)
 
 
 # --- I5 on hand-made observations ----------------------------------------------------------

@@ -144,7 +144,10 @@ def to_code_observation(spec, obs):
         real.logits = torch.nn.functional.one_hot(outputs, spec["VOCAB"]).double()  # [B, n, V]
         calls.append(real)
     fields = {f.name for f in dataclasses.fields(Observation)}
-    extra = {"committed": obs.committed} if "committed" in fields else {}
+    committed = obs.committed
+    if committed is None and obs.step == "verify":  # the code demands it there: "commits nothing" is explicit
+        committed = [[] for _ in batch.tokens]
+    extra = {"committed": committed} if "committed" in fields else {}
     drafts = torch.tensor(obs.drafts, dtype=torch.long).reshape(rows, -1) if obs.drafts is not None else None
     return Observation(round=1, step=obs.step, tokens=torch.tensor(batch.tokens), mask=attention_mask(pad, width),
                        pad=list(batch.pad), length=list(batch.length), caches=caches, calls=calls,

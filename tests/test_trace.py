@@ -114,7 +114,8 @@ def test_provenance_shows_a_permuted_gather():
              for request, _, source, token, grid in _content_sources(s) if source[0] != request]
     assert wrong
     first = recorded.first_violation()
-    assert first is None  # structural checks cannot see it (tests/test_faults.py); the picture can
+    # the structural checks cannot see it; the default checks' I6 (cache provenance) can, at once
+    assert (first["invariant"], first["round"], first["step"]) == ("I6", 2, "align")
 
 
 def test_semantic_fault_trace_names_the_invariant():

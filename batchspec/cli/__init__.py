@@ -20,7 +20,7 @@ import sys
 from .errors import UsageError
 
 #: the command modules, in the order ``--help`` lists them
-COMMANDS = ("demo", "compare", "audit", "models", "bench", "trace")
+COMMANDS = ("demo", "compare", "audit", "models", "bench", "trace", "conformance")
 
 EXIT_CODES = {0: "success", 1: "a check failed (outputs not exact, a divergence)",
               2: "usage error: one line on stderr naming the problem, before any model runs",

@@ -1,0 +1,70 @@
+"""What checking costs: each invariant mode's time as a share of decode time.
+
+The default mode (``check_invariants=True``: I1–I8, cache contents by
+provenance fingerprints, Spec §3.6) is meant to stay within 15% of decode
+time on the default pair at batch 8; the semantic mode (a fresh forward per
+row, per model, per step) is shown beside it. One run, every mode side by
+side on the same prompts; the check time is what the driver spends in the
+checker (``stats.check_seconds``), the decode time what it spends in the
+algorithm (the phases).
+
+    python benchmarks/check_overhead.py [--pair default|tiny-llama] [--batch 8] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from alignment_overhead import load  # noqa: E402
+
+import batchspec  # noqa: E402
+
+MODES = ("structural", True, "semantic")
+
+
+def measure(target, draft, prompts, mode, repeat: int, **common) -> dict:
+    """Best-of-``repeat`` decode and check seconds for one mode."""
+    best = None
+    for _ in range(repeat):
+        stats = batchspec.generate(target, draft, prompts, check_invariants=mode, **common).stats
+        decode = sum(stats.phase_seconds.values())
+        if best is None or decode + stats.check_seconds < best[0] + best[1]:
+            best = (decode, stats.check_seconds)
+    return {"mode": "default" if mode is True else mode, "decode s": round(best[0], 3),
+            "check s": round(best[1], 3), "check / decode %": round(100 * best[1] / best[0], 1)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pair", default="default")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    target, draft, prompts_for, eos = load(args.pair)
+    prompts = prompts_for(args.batch)
+    common = dict(num_draft_tokens=args.k, max_new_tokens=args.max_new_tokens, batch_size=args.batch,
+                  eos_token_id=eos)
+    batchspec.generate(target, draft, prompts, **common)  # warm-up
+    rows = [measure(target, draft, prompts, mode, args.repeat if mode != "semantic" else 1, **common)
+            for mode in MODES]
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {args.max_new_tokens} new tokens, float32, 1 thread")
+    for r in rows:
+        print(f"{r['mode']:>10}  decode {r['decode s']:7.3f} s  check {r['check s']:7.3f} s  "
+              f"check/decode {r['check / decode %']:6.1f} %")
+
+
+if __name__ == "__main__":
+    main()

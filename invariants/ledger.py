@@ -1,0 +1,187 @@
+"""The checker's memory across steps: slot fingerprints and pending commits (Spec §3.6, §3.7).
+
+The predicates I1–I5 read one observation. Two questions need history:
+*does the slot where a committed token now lives hold the key/value that was
+written for that token?* (I6, cache provenance) and *did the grid gain
+exactly the tokens the verify step committed?* (I7, committed stream). The
+:class:`Ledger` remembers what is needed for both, and nothing else:
+
+* for every ``(model, request, content index)`` the token a forward call fed
+  there and a *fingerprint* of the key it wrote: a fixed random projection of
+  the key vector at the first and the last layer, two numbers per slot;
+* for every request whose tokens a step committed, the content it had then
+  and the committed tokens, until the next boundary step.
+
+Fingerprints are taken from the cache the call really wrote, so they cost a
+matrix-vector product over the new slots only, and no extra forward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .observation import CacheView, ForwardCall, Observation
+
+#: Never-written marker in the token table.
+UNWRITTEN = -1
+
+
+def fingerprints(view: CacheView, start: int, stop: int) -> torch.Tensor:
+    """``[B, stop - start, 2]``: slots ``start .. stop-1`` of ``view`` projected on
+    a fixed random direction, at the first and at the last layer's keys (Spec §3.6).
+
+    Layer 0's key depends only on the token and its position; the last
+    layer's depends on everything the token attended to. The projection is
+    computed in at least float32, so summation order cannot move it by more
+    than :data:`TOLERANCE` allows.
+    """
+    out = []
+    for keys, _values in (view.layers[0], view.layers[-1]):
+        part = keys[:, :, start:stop]  # [B, H, n, D]
+        dtype = torch.float64 if part.dtype == torch.float64 else torch.float32
+        b, h, n, d = part.shape
+        flat = part.transpose(1, 2).reshape(b, n, h * d).to(dtype)  # [B, n, H*D]
+        out.append(flat @ direction(h, d, dtype, part.device).reshape(h * d))  # [B, n]
+    return torch.stack(out, dim=-1)  # [B, n, 2]
+
+
+_DIRECTIONS: dict = {}
+
+
+def direction(heads: int, dim: int, dtype, device) -> torch.Tensor:
+    """A fixed random direction ``[heads, dim]`` of unit expected norm (seed 0, the
+    same on every device)."""
+    key = (heads, dim, dtype, str(device))
+    if key not in _DIRECTIONS:
+        g = torch.Generator().manual_seed(0)
+        d = torch.randn(heads, dim, generator=g, dtype=torch.float64) / (heads * dim) ** 0.5
+        _DIRECTIONS[key] = d.to(device, dtype)
+    return _DIRECTIONS[key]
+
+
+#: Largest |now - written| / (1 + |written|) of a slot's fingerprint, by the
+#: fingerprint's dtype. Moving a slot is an exact copy (0 difference); a
+#: different token, position or context moves the projection by order 1e-1.
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+
+class _Table:
+    """One model's writes: ``entries[row, j]`` = (fingerprint at layer 0, at the
+    last layer, token id) of content index ``j`` of the request in ``row``.
+
+    The token id is stored as a float beside the fingerprints so that one
+    gather reads both (exact: ids are far below 2**24). Two columns past
+    every index written so far are reserved: masked inputs are written into
+    the last (so no boolean indexing is needed), and reads beyond the
+    written range land in the one before it, which stays unwritten.
+    """
+
+    def __init__(self, device, dtype):
+        self.rows: dict = {}  # request -> ledger row
+        self._last = None  # (requests, their rows [B, 1]) of the last call
+        self.entries = torch.zeros((0, 0, 3), dtype=dtype, device=device)  # [R, N, 3]
+
+    @property
+    def unwritten(self) -> int:
+        """The reserved column no write reaches."""
+        return self.entries.shape[1] - 2
+
+    def index(self, requests: list) -> torch.Tensor:
+        """Ledger rows ``[B, 1]`` of ``requests``, adding the new ones."""
+        key = tuple(requests)
+        if self._last is None or self._last[0] != key:
+            for r in requests:
+                self.rows.setdefault(r, len(self.rows))
+            self._last = (key, torch.tensor([[self.rows[r]] for r in requests], device=self.entries.device))
+            self.grow(len(self.rows), 0)
+        return self._last[1]
+
+    def grow(self, rows: int, written: int) -> None:
+        """Room for ``rows`` requests and content indices ``< written``."""
+        r, n = self.entries.shape[:2]
+        if rows <= r and written + 2 <= n:
+            return
+        rows, columns = max(rows, 2 * r), max(written + 2, 2 * n, 8)
+        entries = self.entries.new_zeros((rows, columns, 3))
+        entries[..., 2] = UNWRITTEN
+        entries[:r, : max(n - 2, 0)] = self.entries[:, : max(n - 2, 0)]  # the old reserved columns stay unwritten
+        self.entries = entries
+
+
+class Ledger:
+    """What the checker remembers between steps of one run (Spec §3.6, §3.7).
+
+    Create one per run (or per :func:`batchspec.invariants.watch`) and pass it
+    to :func:`batchspec.invariants.violations` with every observation, in order.
+    """
+
+    def __init__(self, derived: bool = False):
+        #: ``committed`` was derived from the target's logits (by a recorder), not
+        #: reported by the decoder: a row may then keep only a prefix of it (an
+        #: EOS or budget cut the recorder cannot see), never another token.
+        self.derived = derived
+        self.tables: dict[str, _Table] = {}
+        self.pending: dict = {}  # request -> (content before, committed tokens)
+        self._recorded: set[int] = set()  # id() of calls already fingerprinted by a recorder
+
+    def record(self, call: ForwardCall, view: CacheView, requests: list) -> None:
+        """Fingerprint the slots ``call`` wrote, read from ``view``, the model's
+        cache after the call; ``requests[i]`` names batch row ``i``."""
+        t, n = call.cache_length, call.input_ids.shape[1]
+        if n == 0 or not view.layers or view.length < t + n or len(requests) != call.input_ids.shape[0]:
+            return  # I2/I3/I4 report calls whose shapes do not add up
+        mask = call.attention_mask
+        if mask.shape[1] != t + n:
+            return
+        prints = fingerprints(view, t, t + n)  # [B, n, 2]
+        table = self.tables.get(call.model)
+        if table is None:
+            table = self.tables[call.model] = _Table(prints.device, prints.dtype)
+        rows = table.index(requests)  # [B, 1]
+        table.grow(len(table.rows), t + n)  # content indices are < t + n
+        spare = table.entries.shape[1] - 1  # masked inputs are written there
+        index = torch.where(mask[:, t:] != 0, mask.long().cumsum(1)[:, t:] - 1, spare)  # [B, n]
+        ids = call.input_ids.to(device=prints.device, dtype=prints.dtype)[..., None]  # [B, n, 1]
+        table.entries[rows, index] = torch.cat([prints, ids], dim=-1)
+
+    def snapshot(self):
+        """A copy to :meth:`restore` when a step is rolled back (a transactional caller)."""
+        return (dict(self.pending), {m: (dict(t.rows), t.entries.clone()) for m, t in self.tables.items()})
+
+    def restore(self, saved) -> None:
+        """Forget everything recorded since ``saved`` was taken."""
+        pending, tables = saved
+        self.pending = dict(pending)
+        self.tables = {}
+        for model, (rows, entries) in tables.items():
+            table = self.tables[model] = _Table(entries.device, entries.dtype)
+            table.rows, table.entries = dict(rows), entries.clone()
+        self._recorded.clear()
+
+    def mark(self, call: ForwardCall) -> None:
+        """``call`` was fingerprinted when it returned; :meth:`observe` skips it."""
+        self._recorded.add(id(call))
+
+    def observe(self, obs: Observation) -> None:
+        """Fingerprint the calls of ``obs`` no recorder saw, from the step's end caches."""
+        requests = obs.requests if obs.requests is not None else list(range(obs.tokens.shape[0]))
+        for call in obs.calls:
+            if id(call) in self._recorded:
+                continue
+            view = obs.caches.get(call.model)
+            if view is not None:
+                self.record(call, view, requests)
+        self._recorded.clear()
+
+    def remember_commits(self, obs: Observation) -> None:
+        """After the predicates: hold ``obs.committed`` until the next boundary (Spec §3.7)."""
+        if obs.boundary:
+            for r in self.requests(obs):
+                self.pending.pop(r, None)
+        if obs.committed is not None:
+            for i, r in enumerate(self.requests(obs)):
+                self.pending[r] = (obs.live_content(i), list(obs.committed[i]))
+
+    @staticmethod
+    def requests(obs: Observation) -> list:
+        return obs.requests if obs.requests is not None else list(range(obs.tokens.shape[0]))

@@ -1,0 +1,102 @@
+"""I6 cache provenance and I7 committed stream: the checks that need the ledger (Spec §3.6, §3.7)."""
+
+from __future__ import annotations
+
+import torch
+
+from ._util import reporter
+from .ledger import TOLERANCE, UNWRITTEN, Ledger, fingerprints
+from .observation import Observation
+from .violation import Violation
+
+
+def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Violation]:
+    """Every committed slot of every cache holds the key written for the token
+    that lives there (Spec §3.6).
+
+    For row ``i`` and each grid slot ``s < L - 1`` the grid mask attends,
+    content index ``j = cumsum(mask)[s] - 1`` and token ``x = tokens[i, s]``:
+
+    * some forward call fed ``x`` at content index ``j`` of this request
+      (else the cache cannot hold its key: a dropped, shifted or foreign slot);
+    * the slot's fingerprint (:func:`~batchspec.invariants.ledger.fingerprints`)
+      equals the one recorded when that call wrote it, within
+      :data:`~batchspec.invariants.ledger.TOLERANCE` (a slot moved to the wrong
+      row or offset, or left behind by a realignment, holds another key).
+
+    Checked for both models at every boundary step, where a realignment
+    rewrites the caches (between boundaries the calls only append, and every
+    slot they write is fingerprinted); needs no fresh forward. Off (``[]``)
+    without a ledger: the structural mode.
+    """
+    if ledger is None or not obs.boundary:
+        return []
+    report = reporter(obs, "I6", "cache_provenance")
+    need = obs.width - 1
+    requests = ledger.requests(obs)
+    out: list[Violation] = []
+    for model, view in obs.caches.items():
+        table = ledger.tables.get(model)
+        span = min(need, view.length)
+        if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
+            continue  # nothing written yet, or a shape I3 reports
+        live = obs.mask[:, :span] != 0  # [B, span]
+        index = (live.long().cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
+        rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
+        then = table.entries[rows, index]  # [B, span, 3]
+        grid = obs.tokens[:, :span, None].to(then.device, then.dtype)  # [B, span, 1]
+        now = torch.cat([fingerprints(view, 0, span), grid], dim=-1)  # [B, span, 3]
+        tol = TOLERANCE.get(then.dtype, 1e-4)
+        close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)
+        bad = live & ~(close & (now[..., 2] == then[..., 2]))  # token ids exactly; NaN is never close
+        for i in bad.any(1).nonzero().flatten().tolist():
+            slot = int(bad[i].nonzero()[0])
+            j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
+            out.append(_explain(report, model, i, slot, j, now[i], then[i]))
+    return out
+
+
+def _explain(report, model, row, slot, j, now, then) -> Violation:
+    """The violation of ``row``'s first bad ``slot`` (content index ``j``)."""
+    x, written = int(now[slot, 2]), int(then[slot, 2])
+    if written == UNWRITTEN:
+        return report(row, f"key of token {x} at content index {j}", "no write",
+                      f"slot {slot} (content index {j}) should hold the key of token {x}, but no forward "
+                      "call fed that token there", model)
+    if written != x:
+        return report(row, f"key of token {x} at content index {j}", f"written token {written}",
+                      f"slot {slot} (content index {j}) holds the key written for token {written}", model)
+    return report(row, [round(float(v), 6) for v in then[slot, :2]], [round(float(v), 6) for v in now[slot, :2]],
+                  f"slot {slot} (content index {j}, token {x}) holds another key than the one the forward "
+                  "call wrote for it (moved, shifted or overwritten)", model)
+
+
+def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Violation]:
+    """At a boundary, each row's content is its content at the committing step
+    plus exactly the tokens that step committed (Spec §3.7).
+
+    This is what makes ``committed`` (read by I5) a checked claim rather than a
+    self-report: a decoder that appends a token other than the one I5
+    verified is caught here. When a recorder derived ``committed`` from the
+    target's logits (``ledger.derived``), a prefix of it is accepted: the
+    decoder may cut at an EOS or a budget the calls do not show. Off (``[]``)
+    without a ledger.
+    """
+    if ledger is None or not obs.boundary:
+        return []
+    report = reporter(obs, "I7", "committed_stream")
+    out: list[Violation] = []
+    for i, r in enumerate(ledger.requests(obs)):
+        if r not in ledger.pending:
+            continue
+        before, committed = ledger.pending[r]
+        now = obs.live_content(i)
+        gained = now[len(before):] if now[:len(before)] == before else None
+        if gained is not None and ledger.derived and gained == committed[:len(gained)]:
+            continue
+        if now != before + committed:
+            n = len(before)
+            out.append(report(i, committed, now[n:] if now[:n] == before else now,
+                              "the grid did not gain exactly the committed tokens"
+                              + ("" if now[:n] == before else " (its earlier content changed)")))
+    return out

@@ -1,0 +1,206 @@
+"""``watch``: fill the observations of any decoder from its models' own forward calls (Spec §3.9).
+
+Glue for a decoder that calls Hugging Face models::
+
+    with batchspec.invariants.watch(target=target, draft=draft) as w:
+        my_decoder(target, draft, prompts, on_boundary=w.boundary)
+    print(w.report())
+
+Public forward hooks (``register_forward_pre_hook(with_kwargs=True)`` and
+``register_forward_hook(with_kwargs=True)``) record what every call was
+really given: input ids, attention mask, position ids (the model's own
+default, ``T .. T+n-1``, when none is passed), the cache's length *before*
+the call, the cache object and the logits. The hooks exist only inside the
+``with`` block: outside it the models run untouched.
+
+What a forward call cannot show is the grid the decoder holds between rounds;
+the decoder says it with one call, :meth:`Watch.boundary`, after prefill and
+after every round's realignment. Everything else is derived from the calls:
+``p_i`` and ``c_i`` from that mask, the drafts from the draft model's greedy
+choices, the tokens a round commits from the target's logits (greedy
+acceptance), and the step of each call (no cache: prefill; draft model:
+draft; target: verify). Drafting is assumed greedy (``argmax`` of the
+draft's last logits), as verification is.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers import Cache
+
+from .checker import violations as check_all
+from .ledger import Ledger
+from .observation import CacheView, ForwardCall, Observation
+from .registry import INVARIANTS
+from .violation import InvariantViolation
+
+
+class Watch:
+    """The recorder of one ``with watch(...)`` block; see :func:`watch`."""
+
+    def __init__(self, models: dict, check: str, oracle, registry, structural: bool):
+        if check not in ("raise", "record"):
+            raise ValueError(f"watch: check must be 'raise' or 'record', got {check!r}")
+        self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
+        self.ledger = None if structural else Ledger(derived=True)
+        self.violations: list = []
+        self.calls = 0
+        self.steps = 0
+        self.round = 0
+        self.grid = None  # (tokens [B, L], mask [B, L], requests) of the last boundary
+        self.caches: dict = {}  # model -> the cache object it last ran with
+        self.prefill: list[ForwardCall] = []
+        self.drafts = None  # [B, j] greedy drafts of the current round
+        self.verified = False  # the target has verified this round's drafts
+        self._pending: dict = {}  # model -> (cache object, T) between pre-hook and hook
+        self._handles: list = []
+        self._checking = False  # the semantic oracle's own forwards are not the decoder's
+
+    # --- hooks ------------------------------------------------------------------------------
+
+    def attach(self) -> None:
+        for name, model in self.models.items():
+            self._handles.append(model.register_forward_pre_hook(self._before(name), with_kwargs=True))
+            self._handles.append(model.register_forward_hook(self._after(name), with_kwargs=True))
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _before(self, name):
+        def hook(_module, _args, kwargs):
+            if self._checking:
+                return
+            # whichever keyword carries it (``cache=``; the deprecated spelling too)
+            cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
+            t = CacheView.from_hf(cache).length
+            if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
+                raise ValueError(f"watch: the {name} model ran with another cache object than the one "
+                                 f"boundary() last saw; pass {name}_cache= to boundary() when the decoder "
+                                 "replaces a cache")
+            self._pending[name] = (cache, t)
+        return hook
+
+    def _after(self, name):
+        def hook(_module, args, kwargs, output):
+            if self._checking:
+                return
+            cache, t = self._pending.pop(name)
+            cache = cache if cache is not None else getattr(output, "cache", None)  # one the model made
+            self.caches[name] = cache
+            self._record(name, self._call(name, args, kwargs, t, output.logits), cache)
+        return hook
+
+    @staticmethod
+    def _call(name, args, kwargs, t, logits) -> ForwardCall:
+        ids = kwargs.get("input_ids", args[0] if args else None)  # [B, n]
+        if ids is None:
+            raise ValueError(f"watch: the {name} model was called without input_ids (inputs_embeds "
+                             "cannot be traced to tokens)")
+        b, n = ids.shape
+        mask = kwargs.get("attention_mask")
+        mask = torch.ones((b, t + n), dtype=torch.long, device=ids.device) if mask is None else mask
+        positions = kwargs.get("position_ids")
+        if positions is None:  # what the model uses then: the cache slots' indices
+            positions = torch.arange(t, t + n, device=ids.device).expand(b, n)
+        return ForwardCall(name, ids, mask, positions, t, logits)
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def _record(self, name: str, call: ForwardCall, cache) -> None:
+        self.calls += 1
+        if self.grid is None or call.cache_length == 0:
+            self.prefill.append(call)  # fingerprinted at the boundary, once the rows' requests are known
+            return
+        if self.ledger is not None:
+            self.ledger.record(call, CacheView.from_hf(cache), self.grid[2])
+            self.ledger.mark(call)
+        if name == "draft":
+            if self.drafts is None:
+                self.drafts = call.input_ids.new_zeros((call.input_ids.shape[0], 0))
+            if not self.verified and call.cache_length - (self.grid[0].shape[1] - 1) == self.drafts.shape[1]:
+                self.drafts = torch.cat([self.drafts, call.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            self._check("draft", [call], None)
+        else:
+            self.verified = True
+            if self.drafts is not None:  # a catch-up call before verification proposed one too many
+                self.drafts = self.drafts[:, : max(call.input_ids.shape[1] - 1, 0)]
+            self._check("verify", [call], self._committed(call))
+
+    def _committed(self, call: ForwardCall) -> list | None:
+        """Greedy acceptance on what the target really returned: the drafts it
+        fed that match its own choice, then its choice (Spec §4.3.1)."""
+        if call.logits is None or call.logits.shape[1] != call.input_ids.shape[1]:
+            return None  # I5 reports the missing logits
+        choice = call.logits.argmax(-1)  # [B, n]
+        agree = (call.input_ids[:, 1:] == choice[:, :-1]).long().cumprod(1).sum(1)  # [B] m_i
+        return [choice[i, : int(m) + 1].tolist() for i, m in enumerate(agree)]
+
+    def boundary(self, tokens, mask, requests=None, target_cache=None, draft_cache=None) -> None:
+        """The decoder holds grid ``tokens`` ``[B, L]`` with attention ``mask``
+        ``[B, L]``: after prefill, and after each round's realignment.
+        ``requests`` names each row (needed once rows leave the batch; default
+        row ``i`` is request ``i``); pass a cache only when the decoder replaced
+        the cache object (default: the one the model last ran with)."""
+        if requests is None:
+            requests = list(range(tokens.shape[0])) if self.grid is None else self.grid[2]
+            if len(requests) != tokens.shape[0]:
+                raise ValueError(f"boundary: the batch went from {len(requests)} rows to {tokens.shape[0]}; "
+                                 "pass requests= (the request id of each remaining row)")
+        for name, cache in (("target", target_cache), ("draft", draft_cache)):
+            if cache is not None:
+                self.caches[name] = cache
+        self.grid = (tokens, mask, list(requests))
+        calls, self.prefill, self.drafts, self.verified = self.prefill, [], None, False
+        self._check("prefill" if calls else "align", calls, None)
+        self.round += 1
+
+    def _check(self, step: str, calls: list, committed) -> None:
+        tokens, mask, requests = self.grid
+        length = [int(c) for c in (mask != 0).sum(1).tolist()]
+        drafts = self.drafts if self.drafts is not None else tokens.new_zeros((tokens.shape[0], 0))
+        obs = Observation(self.round, step, tokens, mask, [tokens.shape[1] - c for c in length], length,
+                          {name: CacheView.from_hf(c) for name, c in self.caches.items()}, calls,
+                          list(requests), drafts if step in ("draft", "verify") else None, committed)
+        if step == "verify" and committed is None:
+            obs.committed = [[] for _ in requests]  # I5 reports why nothing could be derived
+        self.steps += 1
+        self._checking = True
+        try:
+            found = check_all(obs, self.oracle, self.registry, self.ledger)
+        finally:
+            self._checking = False
+        self.violations.extend(found)
+        if found and self.mode == "raise":
+            raise InvariantViolation(found[0], tuple(found[1:]))
+
+    def report(self) -> str:
+        """A short account: calls and steps checked, then the first violations."""
+        head = (f"watched {self.calls} forward calls, checked {self.steps} steps over "
+                f"{max(self.round - 1, 0)} rounds: ")
+        if not self.violations:
+            return head + "no violation"
+        lines = [head + f"{len(self.violations)} violations"]
+        lines += [f"  {v}" for v in self.violations[:5]]
+        return "\n".join(lines)
+
+
+@contextmanager
+def watch(target, draft=None, check: str = "raise", oracle=None, registry=INVARIANTS, structural=False):
+    """Record and check every forward call ``target`` and ``draft`` make inside
+    the block (Spec §3.9). ``check``: ``"raise"`` (raise
+    :class:`InvariantViolation` from the offending call) or ``"record"``
+    (collect in ``w.violations``). ``oracle`` switches on semantic I3
+    (:func:`batchspec.oracle.hf_oracle`); ``registry`` selects the invariant
+    set (e.g. :data:`~batchspec.invariants.holes.HOLE_AWARE`); ``structural``
+    turns the ledger checks I6/I7 off. Yields the :class:`Watch`."""
+    models = {"target": target} if draft is None else {"target": target, "draft": draft}
+    w = Watch(models, check, oracle, registry, structural)
+    w.attach()
+    try:
+        yield w
+    finally:
+        w.detach()
