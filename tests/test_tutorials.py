@@ -28,7 +28,9 @@ harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(harness)
 
 BUDGET = 300  # seconds, all tutorials together (issue 9: under 5 minutes on 2 cores)
-CHAPTERS = [f"{n:02d}" for n in range(1, 8)]
+CHAPTERS = [f"{n:02d}" for n in range(1, 10)]
+#: chapters that tell their story with pictures (chapter 9 prints the checker's reports instead)
+PICTURED = CHAPTERS[:8]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,8 @@ def test_a_failing_claim_fails_the_harness(tmp_path):
     assert not (tmp_path / "99_broken.ipynb").exists()
 
 
-def test_the_seven_tutorials_execute(executed):
-    """All seven ran (their times are printed; a time is a measurement on a
+def test_every_tutorial_executes(executed):
+    """All nine ran (their times are printed; a time is a measurement on a
     shared machine, reported and warned about, never asserted)."""
     assert [name[:2] for name in executed] == CHAPTERS
     total = sum(executed.values())
@@ -75,12 +77,14 @@ def test_each_tutorial_tells_its_story(executed, chapter):
     cells = _notebook(name)["cells"]
     code = [c for c in cells if c["cell_type"] == "code"]
     text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    assert "tutorial_setup(" in "".join(code[0]["source"])  # pair and device from the environment
+    assert "tutorial_setup(" in "".join(code[0]["source"]) or chapter == "09"  # pair and device from the env
+    if chapter == "09":  # it reads BATCHSPEC_TUTORIAL_PAIR / _DEVICE itself (tiny families too)
+        assert "BATCHSPEC_TUTORIAL_PAIR" in "".join(code[0]["source"])
     assert sum("assert " in "".join(c["source"]) for c in code) >= 2
     assert all(len("".join(c["source"]).splitlines()) <= 45 for c in code), "a cell too long to follow"
     outputs = [o for c in code for o in c.get("outputs", [])]
     assert not [o for o in outputs if o["output_type"] == "error"]
-    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs) or chapter not in PICTURED
     assert "## What to remember" in text and len(cells) >= 2 * len(code) - 1
 
 
@@ -96,7 +100,8 @@ def test_tutorials_render_on_the_site_with_their_pictures(executed, docs_site):
     for name in executed:
         page = (docs_site / "tutorials" / name / "index.html").read_text()
         pictures = sum("image/png" in o.get("data", {}) for c in _notebook(name)["cells"] for o in c.get("outputs", []))
-        assert page.count('src="data:image/png;base64') == pictures > 0, name
+        assert page.count('src="data:image/png;base64') == pictures, name
+        assert pictures > 0 or name[:2] not in PICTURED, name
         assert "Traceback" not in page and "What to remember" in page, name
     for name in harness.SLOTS:  # the slots other work fills: a page either way
         assert (docs_site / "tutorials" / name / "index.html").is_file(), name

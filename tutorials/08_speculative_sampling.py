@@ -23,14 +23,13 @@
 # (prompt, seed) alone.
 
 # %%
-import os
 import time
 
 import matplotlib.pyplot as plt
 import torch
 
 import batchspec
-from batchspec.cli.pairs import PAIRS
+from batchspec import viz
 from batchspec.distribution import (controls, exact_distribution, sample_continuations, tiny_vocab_pair,
                                     total_variation)
 from batchspec.reference.sampling import Sampler, Warping, output_distribution
@@ -38,16 +37,10 @@ from batchspec.testing import reference_sampled
 
 torch.set_num_threads(1)
 started = time.perf_counter()
-requested_pair = os.environ.get("BATCHSPEC_TUTORIAL_PAIR", "default")
-requested_device = os.environ.get("BATCHSPEC_TUTORIAL_DEVICE", "cpu")
-pair = requested_pair if requested_pair in PAIRS else "default"
-device = requested_device if requested_device == "cpu" or torch.cuda.is_available() else "cpu"
-if (pair, device) != (requested_pair, requested_device):
-    print(f"asked for {requested_pair} on {requested_device}; running {pair} on {device}")
-choice = PAIRS[pair]
-target, draft = (m.to(device) for m in choice.load(torch.float64))  # float64: exactness is a float64 claim
-prompts = choice.prompts(8, 0)
-print(f"pair {pair} on {device}: {choice.description}")
+setup = viz.tutorial_setup(torch.float64)  # BATCHSPEC_TUTORIAL_PAIR / _DEVICE; float64: exactness is a float64 claim
+print(setup.note)
+target, draft, device = setup.target, setup.draft, setup.device
+prompts = setup.prompts(8, 0)
 
 # %% [markdown]
 # ## The rule at one position
