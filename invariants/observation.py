@@ -136,8 +136,8 @@ class Observation:
 
     round: int
     step: str
-    tokens: torch.Tensor  # [B, L]
-    mask: torch.Tensor  # [B, L]
+    tokens: torch.Tensor  # [B, L] left-padded committed grid; pad slots arbitrary
+    mask: torch.Tensor  # [B, L] the attention mask the decoder holds for the grid
     pad: list[int]  # p_i
     length: list[int]  # c_i
     caches: dict[str, CacheView]

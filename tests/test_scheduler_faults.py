@@ -93,9 +93,11 @@ def around(site: str, fn):
 
 
 def faulty_steps():
-    """Every transition of the Steps hook wrapped with injection points."""
+    """Every transition of the Steps hook wrapped with injection points (its data, the
+    sampler, stays as it is)."""
     return dataclasses.replace(EXSPEC_STEPS, **{f.name: around(f.name, getattr(EXSPEC_STEPS, f.name))
-                                                for f in dataclasses.fields(EXSPEC_STEPS)})
+                                                for f in dataclasses.fields(EXSPEC_STEPS)
+                                                if callable(getattr(EXSPEC_STEPS, f.name))})
 
 
 @contextmanager
