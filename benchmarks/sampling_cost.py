@@ -16,7 +16,7 @@ import json
 import torch
 
 import batchspec
-from batchspec.cli.pairs import PAIRS
+from batchspec.cli.common import add_pair_arguments, load_pair
 
 SETTINGS = {"greedy": {}, "sample t=1": dict(do_sample=True, temperature=1.0),
             "sample t=0.7": dict(do_sample=True, temperature=0.7),
@@ -25,7 +25,7 @@ SETTINGS = {"greedy": {}, "sample t=1": dict(do_sample=True, temperature=1.0),
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", default="default", choices=sorted(PAIRS))
+    add_pair_arguments(ap)  # --pair, --device, --dtype as the CLI takes them (float64 on the embedded pairs)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -33,9 +33,9 @@ def main(argv=None) -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    choice = PAIRS[args.pair]
-    target, draft = choice.load(torch.float64)
-    prompts = choice.prompts(args.prompts, 0)
+    pair = load_pair(args)
+    target, draft = pair.target, pair.draft
+    prompts = pair.prompts(args.prompts, 0)
     rows = []
     for name, sampling in SETTINGS.items():
         s = batchspec.generate(target, draft, prompts, num_draft_tokens=args.k, max_new_tokens=args.max_new_tokens,
@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     keys = list(rows[0])
     widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
     print(f"pair {args.pair}, {args.prompts} prompts, batch {args.batch_size}, k = {args.k}, "
-          f"{args.max_new_tokens} new tokens, float64, one thread")
+          f"{args.max_new_tokens} new tokens, {str(pair.dtype).removeprefix('torch.')}, one thread")
     print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
     for r in rows:
         print("  ".join(str(r[k]).rjust(w) for k, w in zip(keys, widths)))
