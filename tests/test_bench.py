@@ -34,6 +34,8 @@ def test_bench_rows_are_exact_and_priced(capsys, tmp_path):
             assert r["ideal"] > 0 and r["achieved_over_ideal"] == pytest.approx(r["vs_generate"] / r["ideal"])
             assert sum(r["split"].values()) == pytest.approx(1.0)
             assert r["peak_mb"] is not None
+        if r["method"] in ("generate", "eqspec", "exspec"):  # priced as its calls alone, over its measured time
+            assert r["in_calls"] > 0
     assert document["costs"]["target"]["2"]["3"] > 0  # k = 2 verifies 3 tokens
     assert sorted(p.name for p in plots.iterdir()) == ["achieved_vs_ideal.png", "exspec_group_rate.png",
                                                        "throughput.png", "time_split.png"]

@@ -27,8 +27,10 @@ def return_large_blocks() -> None:
     """Ask glibc to map every block of 64 KiB or more on its own and unmap
     it when freed (``mallopt(M_MMAP_THRESHOLD)``), so that the resident set
     falls when a tensor dies instead of staying at the process's high-water
-    mark. Call it once before the models load, too: blocks allocated
-    before it stay in the heap. No-op where that is not glibc."""
+    mark; ``malloc_trim`` hands back what earlier calls freed into the heap.
+    It makes every large allocation a fresh, page-faulted mapping, so the
+    benchmark calls it only for the memory pass, after everything it times.
+    No-op where that is not glibc."""
     try:
         import ctypes
 

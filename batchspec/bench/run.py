@@ -53,6 +53,7 @@ class Cell:
     per_round: list | None = None
     peak_bytes: int | None = None
     ideal_speedup: float | None = None
+    call_seconds: float | None = None  # the run priced as its forward calls alone (zero bookkeeping)
 
     @property
     def median(self) -> float:
@@ -113,6 +114,7 @@ class Plan:
     min_prompts: int = 4  # so that batch 1 decodes more than one prompt
     seed: int = 0
     memory: bool = True
+    warmup: int = 1  # untimed interleaved passes first: lazy initialisation and first-shape costs are not timed
 
 
 def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
@@ -123,27 +125,34 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         expected = [reference_greedy(pair.target, p, plan.max_new_tokens, pair.eos_token_id) for p in pool]
     cases = grid(plan.methods, plan.batches, plan.ks)
     cells = {c: Cell(c, max(c.batch * plan.prompts_per_batch, plan.min_prompts)) for c in cases}
-    schedule = [c for _ in range(plan.repeats) for c in cases]  # interleaved: every case once per repeat
-    for case in progress(schedule, len(schedule)):
+    # interleaved: every case once per pass; the warm-up passes are checked but not timed
+    schedule = [(c, n >= plan.warmup) for n in range(plan.warmup + plan.repeats) for c in cases]
+    for case, timed in progress(schedule, len(schedule)):
         prompts = pool[: cells[case].prompts]
         seqs, seconds, stats = run_case(pair, case, prompts, plan.max_new_tokens)
         cell = cells[case]
+        wrong = [i for i, (got, want) in enumerate(zip(seqs, expected)) if got != want]
+        cell.mismatches = sorted(set(cell.mismatches) | set(wrong))  # wrong in any pass is wrong
+        if not timed:
+            continue
         cell.seconds.append(seconds)
         cell.tokens = sum(map(len, seqs))
-        cell.mismatches = [i for i, (got, want) in enumerate(zip(seqs, expected)) if got != want]
         if stats is not None:
             cell.stats, cell.per_round = stats.as_dict(), stats.per_round
+    costs = _costs(pair, plan, pool)  # before the memory pass: it changes how the allocator returns memory
     if plan.memory:
         for case in progress(cases, len(cases)):
             _, cells[case].peak_bytes = peak_bytes(
                 lambda c=case: run_case(pair, c, pool[: cells[c].prompts], plan.max_new_tokens), pair.target.device)
-    costs = _costs(pair, plan, pool)
-    for cell in cells.values():
-        if cell.per_round and cell.case.method in ("eqspec", "exspec"):
-            generate_steps = [max(len(s) for s in expected[i:i + cell.case.batch])
-                              for i in range(0, cell.prompts, cell.case.batch)]
-            cell.ideal_speedup = (ideal_generate_seconds(costs, generate_steps, cell.case.batch)
-                                  / ideal_speculative_seconds(costs, cell.per_round))
+    for cell in cells.values() if costs is not None else ():
+        generate_steps = [max(len(s) for s in expected[i:i + cell.case.batch])
+                          for i in range(0, cell.prompts, cell.case.batch)]
+        priced_generate = ideal_generate_seconds(costs, generate_steps, cell.case.batch)
+        if cell.case.method == "generate":
+            cell.call_seconds = priced_generate
+        elif cell.per_round and cell.case.method in ("eqspec", "exspec"):
+            cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round)
+            cell.ideal_speedup = priced_generate / cell.call_seconds
     return {"cells": list(cells.values()), "costs": costs, "expected": expected}
 
 

@@ -17,9 +17,8 @@ import sys
 import torch
 
 from ..bench import report
-from ..bench.memory import return_large_blocks
 from ..bench.run import OURS, PEERS, Plan, run
-from .common import add_pair_arguments, int_list, load_pair, positive_int, progress
+from .common import add_pair_arguments, int_list, load_pair, nonnegative_int, positive_int, progress
 from .errors import UsageError
 
 DEFAULT_METHODS = ("generate", "assisted", "autoregressive", "eqspec", "exspec")
@@ -63,6 +62,8 @@ def register(subparsers) -> None:
     p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or 'auto' (default 4)")
     p.add_argument("--max-new-tokens", type=positive_int, default=48, help="default %(default)s")
     p.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats (default %(default)s)")
+    p.add_argument("--warmup", type=nonnegative_int, default=1,
+                   help="untimed interleaved passes before the repeats (default %(default)s)")
     p.add_argument("--prompts-per-batch", type=positive_int, default=1,
                    help="prompts = this × batch size; > 1 is the case EXSPEC exists for (default 1)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
@@ -82,8 +83,6 @@ def main(args) -> int:
         except ImportError:
             raise UsageError("--plots needs matplotlib: pip install 'batchspec[bench]'") from None
     torch.set_num_threads(args.threads)
-    if not args.no_memory:
-        return_large_blocks()
     from transformers.utils import logging
 
     logging.set_verbosity_error()  # generate()'s advice on its own arguments would bury the table
@@ -91,7 +90,8 @@ def main(args) -> int:
     if pair.draft is None and any(m in ("eqspec", "exspec", "assisted") for m in methods):
         raise UsageError(f"--pair {args.pair} has no draft model")
     plan = Plan(methods, sorted(set(args.batch_sizes)), ks, args.max_new_tokens, args.repeats,
-                prompts_per_batch=args.prompts_per_batch, seed=args.seed, memory=not args.no_memory)
+                prompts_per_batch=args.prompts_per_batch, seed=args.seed, memory=not args.no_memory,
+                warmup=args.warmup)
     quiet = args.json == "-"
     result = run(pair, plan, progress=lambda it, total: progress(it, total, "bench", enabled=not quiet))
     table_rows = report.rows(result["cells"])
