@@ -44,7 +44,7 @@ def check_main(args) -> int:
     paths = sorted(folder.glob("*.json"))
     if not paths:
         raise UsageError(f"{args.dir}: no vectors (*.json); run `batchspec conformance export {args.dir}` first")
-    if (args.decoder is None) == (args.command is None):
+    if (args.decoder is None) == (args.run is None):
         raise UsageError("give exactly one of --decoder module:function and --command CMD")
     try:
         for path in paths:
@@ -52,7 +52,7 @@ def check_main(args) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     decoder = load_callable(args.decoder) if args.decoder else None
-    results = check(folder, decoder, args.command, args.vectors)
+    results = check(folder, decoder, args.run, args.vectors)
     for name, reason in results.items():
         print(f"PASS {name}" if reason is None else f"FAIL {name}: {reason}")
     failed = sum(r is not None for r in results.values())
@@ -74,6 +74,7 @@ def register(subparsers) -> None:
     c.add_argument("dir", help="folder written by `batchspec conformance export`")
     c.add_argument("--decoder", help="module:function, called as f(target, draft, prompts, k, "
                    "max_new_tokens, eos_token_id)")
-    c.add_argument("--command", help="a command run as CMD VECTOR.json, printing {\"sequences\": ...} as JSON")
+    # dest "run", not "command": args.command names the batchspec command in every error line
+    c.add_argument("--command", dest="run", metavar="CMD", help="a command run as CMD VECTOR.json, printing {\"sequences\": ...} as JSON")
     c.add_argument("--vectors", nargs="+", help="only these vector names")
     c.set_defaults(func=check_main)
