@@ -29,6 +29,7 @@ __all__ = [
     "layer_tensors",
     "crop_to",
     "realign",
+    "shift",
     "stack",
     "split",
     "run_forward",
@@ -41,8 +42,8 @@ class Store:
     ``data[2l]`` / ``data[2l + 1]`` are layer ``l``'s keys / values, ``[B,
     kv_heads, capacity, head_dim]`` each, of which the first ``rows`` rows and
     ``length`` slots are live. Stacking the layers is what makes the
-    realignment of Spec §4.5 one gather per model whatever the layer count,
-    and spare capacity is what lets a forward call append its slots in place
+    realignment of Spec §4.5 one copy per moving row whatever the layer
+    count, and spare capacity is what lets a forward call append its slots in place
     instead of concatenating (copying) the whole cache, as ``DynamicCache`` does.
     """
 
@@ -50,6 +51,7 @@ class Store:
         self.data: torch.Tensor | None = None  # [2·layers, B, H, capacity, D]
         self.rows = 0
         self.appended = 0  # slots appended since the last realignment (a round's speculative slots)
+        self.scratch: torch.Tensor | None = None  # [2·layers, H, capacity, D], see row_scratch
         self.spare = 8  # capacity a realignment leaves after the live slots: the most a round appended
         self.layers = [StackedLayer(self, index) for index in range(layers)]
 
@@ -59,6 +61,13 @@ class Store:
         self.data = like.new_zeros((2 * len(self.layers), rows, like.shape[1], capacity, like.shape[3]))
         self.rows = rows
 
+    def row_scratch(self) -> torch.Tensor:
+        """A reusable buffer of one row's slots, ``[2·layers, H, capacity, D]``,
+        for a row whose content moves within itself (:func:`shift`)."""
+        if self.scratch is None or self.scratch.shape[2] < self.data.shape[3]:
+            self.scratch = self.data.new_empty(self.data.shape[:1] + self.data.shape[2:])
+        return self.scratch
+
     def fill(self, length: int) -> None:
         """Declare ``length`` slots of every layer live (after a bulk write)."""
         for layer in self.layers:
@@ -66,8 +75,9 @@ class Store:
         self.refresh()
 
     def grow(self, needed: int) -> None:
-        """Move to a larger buffer (one copy, amortised: capacity grows by half)."""
-        old = self.data
+        """Move to a larger buffer (one copy of the live rows, amortised:
+        capacity grows by half). Rows that left the batch are not copied."""
+        old = self.data[:, : self.rows]
         self.data = old.new_zeros(old.shape[:3] + (max(needed, old.shape[3] * 3 // 2 + 8),) + old.shape[4:])
         self.data[:, :, :, : old.shape[3]] = old
         self.refresh()
@@ -200,12 +210,13 @@ def crop_to(cache: StackedCache, length: int) -> None:
 def realign(cache: StackedCache, rows: torch.Tensor, slots: torch.Tensor) -> None:
     """Move cache entries: new ``[b, :, s]`` = old ``[rows[b], :, slots[b, s]]``.
 
-    One ``index_select`` over the layer-stacked tensor, whatever the layer
-    count, and no Python loop over rows (Spec §4.5). Its result *is* the new
-    storage: the gather also lays out ``spare`` slots after the ``T'`` moved
-    ones (copies of slot 0, finite, never attended before they are written),
-    so the next round appends its speculative slots in place and the
-    realignment is the only copy of the cache a round makes.
+    The general realignment, for an arbitrary slot map: the fault catalogue
+    and the baselines use it to move slots where the paper's rule would not.
+    EQSPEC itself uses :func:`shift`, which does the same for the maps the
+    rule of Spec §4.4 makes without allocating. One ``index_select`` over the
+    layer-stacked tensor, whatever the layer count (Spec §4.5); its result
+    *is* the new storage, with ``spare`` slots after the ``T'`` moved ones
+    (copies of slot 0, finite, never attended before they are written).
     ``rows``: ``[B']`` kept batch rows; ``slots``: ``[B', T']``.
     """
     store = cache.store
@@ -221,6 +232,40 @@ def realign(cache: StackedCache, rows: torch.Tensor, slots: torch.Tensor) -> Non
     moved = store.data.view(layers2, -1, dim).index_select(1, flat)  # [2·layers, B'·H·(T' + spare), D]
     store.data = moved.view(layers2, rows.numel(), heads, room.shape[1], dim)
     store.rows, store.appended = rows.numel(), 0
+    for layer in cache.layers:
+        layer.length = width
+    store.refresh()
+
+
+def shift(cache: StackedCache, rows: torch.Tensor, delta: torch.Tensor, pad: torch.Tensor, width: int) -> None:
+    """Realign in place: kept row ``rows[b]`` becomes row ``b``, its content
+    moved by ``δ_b`` so that it fills slots ``p'_b .. width - 1`` (Spec §4.5).
+
+    ``rows``, ``delta`` (``δ_i``) and ``pad`` (``p'_i``) are ``[B']``;
+    ``width`` is ``T' = L' - 1``. Row ``b``'s ``n_b = width - p'_b`` content
+    slots come from old slots ``p'_b - δ_b ..`` of row ``rows[b]``: one copy
+    per row that moves or changes index, all layers at once, and none for a
+    row that stays put (``δ_b = 0``, ``rows[b] = b``), which is only cropped.
+    Rows are taken in increasing order, so a row's source is never a row
+    already overwritten. Nothing is allocated beyond the moving row's
+    content when it moves within its own row (the copy's source and target
+    overlap). Padding slots keep what the storage held there, finite and
+    masked: I3 checks at every boundary that they are finite.
+    """
+    store = cache.store
+    store.spare = max(store.spare, store.appended)
+    store.appended = 0
+    if store.data is not None:
+        data = store.data  # [2·layers, B, H, capacity, D]
+        for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
+            n, p = width - q, q - d  # content slots; their old start p_i
+            if n <= 0 or (row == b and d == 0):
+                continue
+            source = data[:, row, :, p: p + n]  # [2·layers, H, n, D]
+            if row == b:  # source and target overlap: go through the one-row scratch
+                source = store.row_scratch()[:, :, :n].copy_(source)
+            data[:, b, :, q: q + n] = source
+    store.rows = rows.numel()
     for layer in cache.layers:
         layer.length = width
     store.refresh()

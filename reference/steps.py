@@ -120,19 +120,14 @@ def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None
     """Append each kept row's ``a_i`` tokens and left-pad again to ``L'``;
     shift every cache row by ``δ_i`` and drop rejected drafts (Spec §4.4, §4.5).
 
-    One gather per tensor; when nothing moves (every ``δ_i = 0``, no row
-    left) the caches are only cropped.
+    The caches move in place, one copy per moving row (:func:`~.cache.shift`);
+    when nothing moves (every ``δ_i = 0``, no row left) they are only cropped.
     """
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
-    caches = [c for c in (state.target_cache, state.draft_cache) if c is not None]
-    if plan.moves:
-        state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
-        for cache in caches:
-            kv.realign(cache, plan.rows, plan.slots[:, : plan.width - 1])
-    else:
-        state.tokens = extended[:, : plan.width]
-        for cache in caches:
-            kv.crop_to(cache, plan.width - 1)
+    state.tokens = extended[plan.rows[:, None], plan.slots] if plan.moves else extended[:, : plan.width]  # [B', L']
+    for cache in (state.target_cache, state.draft_cache):
+        if cache is not None:
+            kv.shift(cache, plan.rows, plan.delta, plan.pad, plan.width - 1)
     keep = plan.rows.tolist()
     state.requests = [state.requests[i] for i in keep]
     state.prompt_length = state.prompt_length[plan.rows]

@@ -1,6 +1,7 @@
 """The layer-stacked cache (Spec §2.3, §4.5): appends in place, per-layer
-views of exactly the live slots, and a realignment that is one gather per
-model whatever the layer count. About 1 s."""
+views of exactly the live slots, the general realignment that is one gather
+per model, and EQSPEC's in-place shift that is one copy per moving row,
+both whatever the layer count. About 1 s."""
 
 from __future__ import annotations
 
@@ -82,6 +83,27 @@ def test_realign_is_one_gather_whatever_the_layer_count(layers):
     # slicing each layer's views (``__getitem__``) copies nothing; every other op is a fixed handful
     copies = {name: n for name, n in mode.calls.items() if name not in ("__getitem__", "__get__")}
     assert sum(copies.values()) < 20, copies
+
+
+@pytest.mark.parametrize("layers", [1, 6, 24])
+def test_shift_is_one_copy_per_moving_row_whatever_the_layer_count(layers):
+    """Spec §4.5: a row that stays put is not touched, a row that takes another
+    row's index is one copy, a row moving within itself two (through the
+    one-row scratch); nothing else copies or allocates a cache-sized tensor."""
+    cache, truth = filled(layers=layers, batch=5, slots=9)
+    storage = cache.store.data.data_ptr()
+    rows = torch.tensor([0, 1, 3, 4])  # row 2 leaves
+    delta = torch.tensor([0, 2, 0, -1])  # row 0 stays put; row 1 moves within itself; rows 3, 4 change index
+    pad = torch.tensor([1, 3, 1, 0])  # p'_i; old p_i = p'_i - δ_i = 1 for every row
+    with Counting() as mode:
+        kv.shift(cache, rows, delta, pad, 8)
+    assert mode.calls.get("__setitem__", 0) == 3 and mode.calls.get("copy_", 0) == 1, mode.calls
+    assert not {"index_select", "cat", "clone", "new_zeros", "gather"} & set(mode.calls), mode.calls
+    assert cache.store.data.data_ptr() == storage
+    for (k, _), (tk, _) in zip(kv.layer_tensors(cache), truth):
+        assert k.shape == (4, 2, 8, 4)
+        for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
+            assert torch.equal(k[b, :, q:], tk[row, :, q - d: 8 - d])
 
 
 def test_mismatched_layer_shapes_are_refused():
