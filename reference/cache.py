@@ -47,8 +47,9 @@ class Store:
     instead of concatenating (copying) the whole cache, as ``DynamicCache`` does.
     """
 
-    def __init__(self, layers: int):
+    def __init__(self, layers: int, capacity: int = 0):
         self.data: torch.Tensor | None = None  # [2·layers, B, H, capacity, D]
+        self.reserve = capacity  # the least capacity of the first allocation
         self.rows = 0
         self.appended = 0  # slots appended since the last realignment (a round's speculative slots)
         self.scratch: torch.Tensor | None = None  # [2·layers, H, capacity, D], see row_scratch
@@ -60,6 +61,7 @@ class Store:
         H, *, D]``; zeros keep never-written slots finite (I3)."""
         self.data = like.new_zeros((2 * len(self.layers), rows, like.shape[1], capacity, like.shape[3]))
         self.rows = rows
+        self.refresh()
 
     def row_scratch(self) -> torch.Tensor:
         """A reusable buffer of one row's slots, ``[2·layers, H, capacity, D]``,
@@ -83,8 +85,11 @@ class Store:
         self.refresh()
 
     def refresh(self) -> None:
-        """Point every layer's ``keys`` / ``values`` at its live slots (views)."""
+        """Point every layer at its live rows of the storage, and its ``keys`` /
+        ``values`` at its live slots (views); after the storage or the row
+        count changed."""
         for layer in self.layers:
+            layer.rows = (self.data[2 * layer.index, : self.rows], self.data[2 * layer.index + 1, : self.rows])
             layer.view()
 
 
@@ -102,16 +107,16 @@ class StackedLayer(CacheLayerMixin):
     def __init__(self, store: Store, index: int):
         super().__init__()
         self.store, self.index, self.length = store, index, 0
+        self.rows: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [B, H, capacity, D]
 
     def view(self) -> None:
-        data = self.store.data
-        self.keys = data[2 * self.index, : self.store.rows, :, : self.length]
-        self.values = data[2 * self.index + 1, : self.store.rows, :, : self.length]
+        keys, values = self.rows
+        self.keys, self.values = keys[:, :, : self.length], values[:, :, : self.length]
 
     def lazy_initialization(self, key_states, value_states) -> None:
         if self.store.data is None:
             n = key_states.shape[2]
-            self.store.allocate(key_states, key_states.shape[0], n + max(n // 2, 16))
+            self.store.allocate(key_states, key_states.shape[0], max(n + max(n // 2, 16), self.store.reserve))
         self.device = key_states.device
         self.is_initialized = True
 
@@ -126,9 +131,9 @@ class StackedLayer(CacheLayerMixin):
         if self.length + n > data.shape[3]:
             self.store.grow(self.length + n)
             data = self.store.data
-        live = slice(0, self.store.rows)
-        data[2 * self.index, live, :, self.length: self.length + n] = key_states
-        data[2 * self.index + 1, live, :, self.length: self.length + n] = value_states
+        keys, values = self.rows
+        keys[:, :, self.length: self.length + n] = key_states
+        values[:, :, self.length: self.length + n] = value_states
         if self.index == 0 and self.length:  # appends after the first fill, counted once per call
             self.store.appended += n
         self.length += n
@@ -151,21 +156,23 @@ class StackedLayer(CacheLayerMixin):
 
     def reset(self) -> None:
         self.length = 0
-        if self.is_initialized:
+        if self.rows is not None:
             self.view()
 
 
 class StackedCache(Cache):
     """A transformers ``Cache`` whose layers share one :class:`Store`."""
 
-    def __init__(self, layers: int):
-        self.store = Store(layers)
+    def __init__(self, layers: int, capacity: int = 0):
+        self.store = Store(layers, capacity)
         super().__init__(layers=self.store.layers)
 
 
-def new_cache(model) -> StackedCache:
-    """An empty layer-stacked cache for ``model`` (Spec §2.3)."""
-    return StackedCache(model.config.get_text_config(decoder=True).num_hidden_layers)
+def new_cache(model, capacity: int = 0) -> StackedCache:
+    """An empty layer-stacked cache for ``model`` (Spec §2.3), whose first
+    write allocates room for at least ``capacity`` slots: a decoder that
+    knows how long its rows can grow never has to grow the storage."""
+    return StackedCache(model.config.get_text_config(decoder=True).num_hidden_layers, capacity)
 
 
 def check_supported(model, name: str) -> None:
@@ -255,20 +262,25 @@ def shift(cache: StackedCache, rows: torch.Tensor, delta: torch.Tensor, pad: tor
     store = cache.store
     store.spare = max(store.spare, store.appended)
     store.appended = 0
-    if store.data is not None:
-        data = store.data  # [2·layers, B, H, capacity, D]
-        for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
-            n, p = width - q, q - d  # content slots; their old start p_i
-            if n <= 0 or (row == b and d == 0):
-                continue
-            source = data[:, row, :, p: p + n]  # [2·layers, H, n, D]
-            if row == b:  # source and target overlap: go through the one-row scratch
-                source = store.row_scratch()[:, :, :n].copy_(source)
-            data[:, b, :, q: q + n] = source
-    store.rows = rows.numel()
+    if store.data is None:  # nothing was ever written
+        return
+    data = store.data  # [2·layers, B, H, capacity, D]
+    for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
+        n, p = width - q, q - d  # content slots; their old start p_i
+        if n <= 0 or (row == b and d == 0):
+            continue
+        source = data[:, row, :, p: p + n]  # [2·layers, H, n, D]
+        if row == b:  # source and target overlap: go through the one-row scratch
+            source = store.row_scratch()[:, :, :n].copy_(source)
+        data[:, b, :, q: q + n] = source
     for layer in cache.layers:
         layer.length = width
-    store.refresh()
+    if store.rows != rows.numel():
+        store.rows = rows.numel()
+        store.refresh()
+    else:  # same rows: only the lengths changed
+        for layer in cache.layers:
+            layer.view()
 
 
 def stack(model, rows: list[list], pad: list[int]) -> StackedCache:

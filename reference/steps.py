@@ -60,14 +60,20 @@ def forward(model, name: str, cache, calls: list, input_ids, mask, positions, ke
     return call.logits
 
 
-def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list) -> BatchState:
-    """Left-pad the prompts and fill both caches with slots ``0 .. L-2`` (Spec §4.1)."""
+def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list,
+            room: int = 0) -> BatchState:
+    """Left-pad the prompts and fill both caches with slots ``0 .. L-2`` (Spec §4.1).
+
+    ``room``: cache slots to reserve beyond ``L``. EQSPEC reserves
+    max_new_tokens: a round holds at most ``L + k'`` slots, and ``L + k' <=
+    max_i (c_i + budget_i)``, which is at most the prefill's ``L`` plus
+    max_new_tokens, so the caches never grow (Spec §2.3)."""
     device = models.target.device
     tokens, pad, length = left_pad(prompts, device)  # [B, L], [B], [B]
     width = tokens.shape[1]
-    caches = {"target": kv.new_cache(models.target)}
+    caches = {"target": kv.new_cache(models.target, width + room)}
     if models.draft is not None:
-        caches["draft"] = kv.new_cache(models.draft)
+        caches["draft"] = kv.new_cache(models.draft, width + room)
     if width > 1:
         mask = attention_mask(pad, width - 1)  # [B, L-1]
         positions = content_index(pad, 0, width - 1)  # [B, L-1]
