@@ -140,7 +140,7 @@ def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None
     for cache in (state.target_cache, state.draft_cache):
         if cache is not None:
             kv.shift(cache, plan.rows, plan.delta, plan.pad, plan.width - 1)
-    keep = plan.rows.tolist()
-    state.requests = [state.requests[i] for i in keep]
-    state.prompt_length = state.prompt_length[plan.rows]
+    if plan.dropped:
+        state.requests = [state.requests[i] for i in plan.rows.tolist()]
+        state.prompt_length = state.prompt_length[plan.rows]
     state.pad, state.length = plan.pad, plan.length
