@@ -1,7 +1,8 @@
 """The layer-stacked cache (Spec §2.3, §4.5): appends in place, per-layer
 views of exactly the live slots, the general realignment that is one gather
 per model, and EQSPEC's in-place shift that is one copy per moving row,
-both whatever the layer count. About 1 s."""
+both whatever the layer count, and an EQSPEC decode that never grows
+its caches. About 6 s."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+import batchspec
 from batchspec.reference import cache as kv
+from batchspec.testing import random_prompts
 
 
 class Counting(TorchFunctionMode):
@@ -110,3 +113,22 @@ def test_mismatched_layer_shapes_are_refused():
     cache, _ = filled(layers=2)
     with pytest.raises(ValueError, match="do not fit the stacked cache"):
         cache.update(torch.zeros(3, 5, 1, 4), torch.zeros(3, 5, 1, 4), 1)
+
+
+def test_eqspec_never_grows_its_caches(pairs, monkeypatch):
+    """Spec §2.3: EQSPEC's prefill reserves L + max_new_tokens slots, enough for
+    the whole decode, so no round allocates a cache-sized tensor: the storage
+    never grows and realignment moves rows inside it (ragged prompts, rows
+    leaving at EOS). Fires if the reservation is short: a grow is recorded."""
+    grown, original = [], kv.Store.grow
+    monkeypatch.setattr(kv.Store, "grow", lambda store, needed: (grown.append(needed), original(store, needed)))
+    target, draft = pairs("llama")
+    prompts = random_prompts(seed=7, count=6)
+    result = batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
+                                batch_size=6, eos_token_id=7, check_invariants=True)
+    assert result.stats.realignments > 0 and grown == []
+    # negative control: the same decode with no reservation grows
+    monkeypatch.setattr(kv, "new_cache", lambda model, capacity=0, new=kv.new_cache: new(model))
+    batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
+                       batch_size=6, eos_token_id=7)
+    assert grown
