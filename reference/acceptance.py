@@ -38,6 +38,8 @@ def greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
     """
     choice = target_logits.argmax(-1)  # [B, k'+1]
     k = drafts.shape[1]
+    if k == 0:  # nothing drafted (autoregressive): m_i = 0 and the proposal is the target's choice
+        return Verdict(choice.new_zeros(choice.shape[0]), choice)
     agree = (drafts == choice[:, :k]).long()  # [B, k']
     accepted = agree.cumprod(1).sum(1)  # [B]
     return Verdict(accepted, _propose(drafts, choice, accepted))

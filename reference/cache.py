@@ -29,6 +29,7 @@ __all__ = [
     "layer_tensors",
     "crop_to",
     "realign",
+    "shift",
     "stack",
     "split",
     "run_forward",
@@ -41,15 +42,17 @@ class Store:
     ``data[2l]`` / ``data[2l + 1]`` are layer ``l``'s keys / values, ``[B,
     kv_heads, capacity, head_dim]`` each, of which the first ``rows`` rows and
     ``length`` slots are live. Stacking the layers is what makes the
-    realignment of Spec §4.5 one gather per model whatever the layer count,
-    and spare capacity is what lets a forward call append its slots in place
+    realignment of Spec §4.5 one copy per moving row whatever the layer
+    count, and spare capacity is what lets a forward call append its slots in place
     instead of concatenating (copying) the whole cache, as ``DynamicCache`` does.
     """
 
-    def __init__(self, layers: int):
+    def __init__(self, layers: int, capacity: int = 0):
         self.data: torch.Tensor | None = None  # [2·layers, B, H, capacity, D]
+        self.reserve = capacity  # the least capacity of the first allocation
         self.rows = 0
         self.appended = 0  # slots appended since the last realignment (a round's speculative slots)
+        self.scratch: torch.Tensor | None = None  # [2·layers, H, capacity, D], see row_scratch
         self.spare = 8  # capacity a realignment leaves after the live slots: the most a round appended
         self.layers = [StackedLayer(self, index) for index in range(layers)]
 
@@ -58,6 +61,14 @@ class Store:
         H, *, D]``; zeros keep never-written slots finite (I3)."""
         self.data = like.new_zeros((2 * len(self.layers), rows, like.shape[1], capacity, like.shape[3]))
         self.rows = rows
+        self.refresh()
+
+    def row_scratch(self) -> torch.Tensor:
+        """A reusable buffer of one row's slots, ``[2·layers, H, capacity, D]``,
+        for a row whose content moves within itself (:func:`shift`)."""
+        if self.scratch is None or self.scratch.shape[2] < self.data.shape[3]:
+            self.scratch = self.data.new_empty(self.data.shape[:1] + self.data.shape[2:])
+        return self.scratch
 
     def fill(self, length: int) -> None:
         """Declare ``length`` slots of every layer live (after a bulk write)."""
@@ -66,15 +77,19 @@ class Store:
         self.refresh()
 
     def grow(self, needed: int) -> None:
-        """Move to a larger buffer (one copy, amortised: capacity grows by half)."""
-        old = self.data
+        """Move to a larger buffer (one copy of the live rows, amortised:
+        capacity grows by half). Rows that left the batch are not copied."""
+        old = self.data[:, : self.rows]
         self.data = old.new_zeros(old.shape[:3] + (max(needed, old.shape[3] * 3 // 2 + 8),) + old.shape[4:])
         self.data[:, :, :, : old.shape[3]] = old
         self.refresh()
 
     def refresh(self) -> None:
-        """Point every layer's ``keys`` / ``values`` at its live slots (views)."""
+        """Point every layer at its live rows of the storage, and its ``keys`` /
+        ``values`` at its live slots (views); after the storage or the row
+        count changed."""
         for layer in self.layers:
+            layer.rows = (self.data[2 * layer.index, : self.rows], self.data[2 * layer.index + 1, : self.rows])
             layer.view()
 
 
@@ -92,16 +107,16 @@ class StackedLayer(CacheLayerMixin):
     def __init__(self, store: Store, index: int):
         super().__init__()
         self.store, self.index, self.length = store, index, 0
+        self.rows: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [B, H, capacity, D]
 
     def view(self) -> None:
-        data = self.store.data
-        self.keys = data[2 * self.index, : self.store.rows, :, : self.length]
-        self.values = data[2 * self.index + 1, : self.store.rows, :, : self.length]
+        keys, values = self.rows
+        self.keys, self.values = keys[:, :, : self.length], values[:, :, : self.length]
 
     def lazy_initialization(self, key_states, value_states) -> None:
         if self.store.data is None:
             n = key_states.shape[2]
-            self.store.allocate(key_states, key_states.shape[0], n + max(n // 2, 16))
+            self.store.allocate(key_states, key_states.shape[0], max(n + max(n // 2, 16), self.store.reserve))
         self.device = key_states.device
         self.is_initialized = True
 
@@ -116,9 +131,9 @@ class StackedLayer(CacheLayerMixin):
         if self.length + n > data.shape[3]:
             self.store.grow(self.length + n)
             data = self.store.data
-        live = slice(0, self.store.rows)
-        data[2 * self.index, live, :, self.length: self.length + n] = key_states
-        data[2 * self.index + 1, live, :, self.length: self.length + n] = value_states
+        keys, values = self.rows
+        keys[:, :, self.length: self.length + n] = key_states
+        values[:, :, self.length: self.length + n] = value_states
         if self.index == 0 and self.length:  # appends after the first fill, counted once per call
             self.store.appended += n
         self.length += n
@@ -141,21 +156,23 @@ class StackedLayer(CacheLayerMixin):
 
     def reset(self) -> None:
         self.length = 0
-        if self.is_initialized:
+        if self.rows is not None:
             self.view()
 
 
 class StackedCache(Cache):
     """A transformers ``Cache`` whose layers share one :class:`Store`."""
 
-    def __init__(self, layers: int):
-        self.store = Store(layers)
+    def __init__(self, layers: int, capacity: int = 0):
+        self.store = Store(layers, capacity)
         super().__init__(layers=self.store.layers)
 
 
-def new_cache(model) -> StackedCache:
-    """An empty layer-stacked cache for ``model`` (Spec §2.3)."""
-    return StackedCache(model.config.get_text_config(decoder=True).num_hidden_layers)
+def new_cache(model, capacity: int = 0) -> StackedCache:
+    """An empty layer-stacked cache for ``model`` (Spec §2.3), whose first
+    write allocates room for at least ``capacity`` slots: a decoder that
+    knows how long its rows can grow never has to grow the storage."""
+    return StackedCache(model.config.get_text_config(decoder=True).num_hidden_layers, capacity)
 
 
 def check_supported(model, name: str) -> None:
@@ -200,12 +217,13 @@ def crop_to(cache: StackedCache, length: int) -> None:
 def realign(cache: StackedCache, rows: torch.Tensor, slots: torch.Tensor) -> None:
     """Move cache entries: new ``[b, :, s]`` = old ``[rows[b], :, slots[b, s]]``.
 
-    One ``index_select`` over the layer-stacked tensor, whatever the layer
-    count, and no Python loop over rows (Spec §4.5). Its result *is* the new
-    storage: the gather also lays out ``spare`` slots after the ``T'`` moved
-    ones (copies of slot 0, finite, never attended before they are written),
-    so the next round appends its speculative slots in place and the
-    realignment is the only copy of the cache a round makes.
+    The general realignment, for an arbitrary slot map: the fault catalogue
+    and the baselines use it to move slots where the paper's rule would not.
+    EQSPEC itself uses :func:`shift`, which does the same for the maps the
+    rule of Spec §4.4 makes without allocating. One ``index_select`` over the
+    layer-stacked tensor, whatever the layer count (Spec §4.5); its result
+    *is* the new storage, with ``spare`` slots after the ``T'`` moved ones
+    (copies of slot 0, finite, never attended before they are written).
     ``rows``: ``[B']`` kept batch rows; ``slots``: ``[B', T']``.
     """
     store = cache.store
@@ -224,6 +242,45 @@ def realign(cache: StackedCache, rows: torch.Tensor, slots: torch.Tensor) -> Non
     for layer in cache.layers:
         layer.length = width
     store.refresh()
+
+
+def shift(cache: StackedCache, rows: torch.Tensor, delta: torch.Tensor, pad: torch.Tensor, width: int) -> None:
+    """Realign in place: kept row ``rows[b]`` becomes row ``b``, its content
+    moved by ``δ_b`` so that it fills slots ``p'_b .. width - 1`` (Spec §4.5).
+
+    ``rows``, ``delta`` (``δ_i``) and ``pad`` (``p'_i``) are ``[B']``;
+    ``width`` is ``T' = L' - 1``. Row ``b``'s ``n_b = width - p'_b`` content
+    slots come from old slots ``p'_b - δ_b ..`` of row ``rows[b]``: one copy
+    per row that moves or changes index, all layers at once, and none for a
+    row that stays put (``δ_b = 0``, ``rows[b] = b``), which is only cropped.
+    Rows are taken in increasing order, so a row's source is never a row
+    already overwritten. Nothing is allocated beyond the moving row's
+    content when it moves within its own row (the copy's source and target
+    overlap). Padding slots keep what the storage held there, finite and
+    masked: I3 checks at every boundary that they are finite.
+    """
+    store = cache.store
+    store.spare = max(store.spare, store.appended)
+    store.appended = 0
+    if store.data is None:  # nothing was ever written
+        return
+    data = store.data  # [2·layers, B, H, capacity, D]
+    for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
+        n, p = width - q, q - d  # content slots; their old start p_i
+        if n <= 0 or (row == b and d == 0):
+            continue
+        source = data[:, row, :, p: p + n]  # [2·layers, H, n, D]
+        if row == b:  # source and target overlap: go through the one-row scratch
+            source = store.row_scratch()[:, :, :n].copy_(source)
+        data[:, b, :, q: q + n] = source
+    for layer in cache.layers:
+        layer.length = width
+    if store.rows != rows.numel():
+        store.rows = rows.numel()
+        store.refresh()
+    else:  # same rows: only the lengths changed
+        for layer in cache.layers:
+            layer.view()
 
 
 def stack(model, rows: list[list], pad: list[int]) -> StackedCache:

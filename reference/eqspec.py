@@ -82,7 +82,7 @@ def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int
     if max_new_tokens == 0:
         return outputs
     calls: list = []
-    state = steps.prefill(models, prompts, requests, calls)
+    state = steps.prefill(models, prompts, requests, calls, room=max_new_tokens)  # never grows (Spec §2.3)
     yield Event("other", "prefill", state, calls)
     while state.batch:
         yield from eqspec_round(models, state, k, max_new_tokens, eos, outputs, steps)

@@ -81,8 +81,7 @@ class Repad:
     """The update rule of Spec §4.4 for the rows that stay.
 
     ``L' = max_i (c_i + a_i)``, ``p'_i = L' - c_i - a_i``,
-    ``δ_i = p'_i - p_i``; ``slots[b, s]`` is the old (extended) grid slot that
-    new slot ``s`` of kept row ``rows[b]`` comes from, ``s - δ_i``.
+    ``δ_i = p'_i - p_i``.
     """
 
     rows: torch.Tensor  # [B'] kept row indices
@@ -90,15 +89,16 @@ class Repad:
     pad: torch.Tensor  # [B'] p'_i
     length: torch.Tensor  # [B'] c_i + a_i
     delta: torch.Tensor  # [B'] δ_i
-    slots: torch.Tensor  # [B', L'] source slot per new slot
-
     dropped: bool  # some row left the batch
+    moves: bool  # some row left or some δ_i != 0; False: nothing needs to move (Spec §5.3:
+    #              always the case at B = 1 or when all a_i are equal and every row stays)
 
     @property
-    def moves(self) -> bool:
-        """False when every ``δ_i = 0`` and no row leaves: nothing needs to move
-        (Spec §5.3: always the case at ``B = 1`` or when all ``a_i`` are equal)."""
-        return self.dropped or bool(self.delta.any())
+    def slots(self) -> torch.Tensor:
+        """``[B', L']``: the old (extended) grid slot that new slot ``s`` of kept
+        row ``rows[b]`` comes from, ``s - δ_i`` (clamped to 0 on padding)."""
+        slot = torch.arange(self.width, device=self.delta.device)
+        return (slot[None, :] - self.delta[:, None]).clamp(min=0)
 
 
 def repad(pad: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor, keep: torch.Tensor,
@@ -113,9 +113,8 @@ def repad(pad: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor, keep:
     new_width = int(new_length.max()) if rows.numel() else 0
     new_pad = new_width - new_length
     delta = new_pad - pad[rows]
-    slot = torch.arange(new_width, device=pad.device)
-    slots = (slot[None, :] - delta[:, None]).clamp(min=0)
-    return Repad(rows, new_width, new_pad, new_length, delta, slots, rows.numel() < keep.numel())
+    dropped = rows.numel() < keep.numel()
+    return Repad(rows, new_width, new_pad, new_length, delta, dropped, dropped or bool(delta.any()))
 
 
 @dataclass

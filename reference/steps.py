@@ -35,6 +35,17 @@ class Round:
     sampler: object | None = None  # sampling.Sampler; None: greedy (Spec §4.3.2)
     requests: list[int] = field(default_factory=list)  # request of each row, keys the uniforms
     start: torch.Tensor | None = None  # [B] c_i, the absolute position of slot 0
+    mask: torch.Tensor | None = None  # [B, L + k'] over the round's slots, see frame
+    positions: torch.Tensor | None = None  # [B, k'+1] of grid slots L-1 .. L-1+k'
+
+    def frame(self, state: BatchState) -> tuple[torch.Tensor, torch.Tensor]:
+        """The round's mask ``[B, L + k']`` and positions ``[B, k'+1]`` (Spec
+        §2.2), built once: the padding does not change within a round, so each
+        call feeds a prefix of the mask and columns of the positions."""
+        if self.mask is None:
+            self.mask = attention_mask(state.pad, state.width + self.k)
+            self.positions = content_index(state.pad, state.width - 1, state.width + self.k)
+        return self.mask, self.positions
 
     def propose(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft ``j = len(drafts)`` from the draft's logits ``[B, V]``: the argmax,
@@ -60,14 +71,20 @@ def forward(model, name: str, cache, calls: list, input_ids, mask, positions, ke
     return call.logits
 
 
-def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list) -> BatchState:
-    """Left-pad the prompts and fill both caches with slots ``0 .. L-2`` (Spec §4.1)."""
+def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list,
+            room: int = 0) -> BatchState:
+    """Left-pad the prompts and fill both caches with slots ``0 .. L-2`` (Spec §4.1).
+
+    ``room``: cache slots to reserve beyond ``L``. EQSPEC reserves
+    max_new_tokens: a round holds at most ``L + k'`` slots, and ``L + k' <=
+    max_i (c_i + budget_i)``, which is at most the prefill's ``L`` plus
+    max_new_tokens, so the caches never grow (Spec §2.3)."""
     device = models.target.device
     tokens, pad, length = left_pad(prompts, device)  # [B, L], [B], [B]
     width = tokens.shape[1]
-    caches = {"target": kv.new_cache(models.target)}
+    caches = {"target": kv.new_cache(models.target, width + room)}
     if models.draft is not None:
-        caches["draft"] = kv.new_cache(models.draft)
+        caches["draft"] = kv.new_cache(models.draft, width + room)
     if width > 1:
         mask = attention_mask(pad, width - 1)  # [B, L-1]
         positions = content_index(pad, 0, width - 1)  # [B, L-1]
@@ -81,21 +98,18 @@ def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls
 def draft_one(models: Models, state: BatchState, rnd: Round, calls: list) -> None:
     """Draft one more token: feed the newest token or the previous draft (Spec §4.2)."""
     j = rnd.drafts.shape[1]  # drafts so far
-    width = state.width
     fed = state.tokens[:, -1:] if j == 0 else rnd.drafts[:, -1:]  # [B, 1]
-    mask = attention_mask(state.pad, width + j)  # [B, L + j]
-    positions = content_index(state.pad, width - 1 + j, width + j)  # [B, 1]
-    logits = forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
+    mask, positions = rnd.frame(state)  # [B, L + k'], [B, k'+1]
+    logits = forward(models.draft, "draft", state.draft_cache, calls, fed, mask[:, : state.width + j],
+                     positions[:, j: j + 1], keep=1)
     rnd.draft_logits.append(logits[:, -1])
     rnd.drafts = torch.cat([rnd.drafts, rnd.propose(logits[:, -1])[:, None]], dim=1)
 
 
 def verify(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
     """One target pass over ``[newest token] + drafts``; logits ``[B, k'+1, V]`` (Spec §4.3)."""
-    width = state.width
     fed = torch.cat([state.tokens[:, -1:], rnd.drafts], dim=1)  # [B, k'+1]
-    mask = attention_mask(state.pad, width + rnd.k)  # [B, L + k']
-    positions = content_index(state.pad, width - 1, width + rnd.k)  # [B, k'+1]
+    mask, positions = rnd.frame(state)  # [B, L + k'], [B, k'+1]
     return forward(models.target, "target", state.target_cache, calls, fed, mask, positions)
 
 
@@ -109,31 +123,24 @@ def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> torc
     Sampling runs it in every round, before verifying: its logits are the
     ``q`` of the bonus slot (Spec §4.3.2).
     """
-    width = state.width
     fed = rnd.drafts[:, -1:] if rnd.k else state.tokens[:, -1:]  # [B, 1]
-    mask = attention_mask(state.pad, width + rnd.k)  # [B, L + k']
-    positions = content_index(state.pad, width - 1 + rnd.k, width + rnd.k)  # [B, 1]
-    return forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions, keep=1)
+    mask, positions = rnd.frame(state)  # [B, L + k'], [B, k'+1]
+    return forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions[:, rnd.k:], keep=1)
 
 
 def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None:
     """Append each kept row's ``a_i`` tokens and left-pad again to ``L'``;
     shift every cache row by ``δ_i`` and drop rejected drafts (Spec §4.4, §4.5).
 
-    One gather per tensor; when nothing moves (every ``δ_i = 0``, no row
-    left) the caches are only cropped.
+    The caches move in place, one copy per moving row (:func:`~.cache.shift`);
+    when nothing moves (every ``δ_i = 0``, no row left) they are only cropped.
     """
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
-    caches = [c for c in (state.target_cache, state.draft_cache) if c is not None]
-    if plan.moves:
-        state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
-        for cache in caches:
-            kv.realign(cache, plan.rows, plan.slots[:, : plan.width - 1])
-    else:
-        state.tokens = extended[:, : plan.width]
-        for cache in caches:
-            kv.crop_to(cache, plan.width - 1)
-    keep = plan.rows.tolist()
-    state.requests = [state.requests[i] for i in keep]
-    state.prompt_length = state.prompt_length[plan.rows]
+    state.tokens = extended[plan.rows[:, None], plan.slots] if plan.moves else extended[:, : plan.width]  # [B', L']
+    for cache in (state.target_cache, state.draft_cache):
+        if cache is not None:
+            kv.shift(cache, plan.rows, plan.delta, plan.pad, plan.width - 1)
+    if plan.dropped:
+        state.requests = [state.requests[i] for i in plan.rows.tolist()]
+        state.prompt_length = state.prompt_length[plan.rows]
     state.pad, state.length = plan.pad, plan.length

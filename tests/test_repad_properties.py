@@ -77,3 +77,47 @@ def test_realign_moves_kept_entries_and_drops_rejected(case, extra):
         got = keys[bb, 0, p_new:, 0].tolist()
         # content tokens 0 .. c_i + a_i - 2: everything but the newest (the bonus)
         assert got == [1000 * i + j for j in range(c[i] + a[i] - 1)]
+
+
+def _twin_caches(c, a, keep, extra, layers, seed):
+    """Two identical stacked caches of random keys/values as they stand after a
+    verification pass (``L - 1 + k + 1`` slots), and the repad plan."""
+    width, b = max(c), len(c)
+    k = max(a) - 1 + extra
+    gen = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(b, 2, width + k, 3, generator=gen, dtype=torch.float64) for _ in range(2 * layers)]
+    caches = [kv.StackedCache(layers), kv.StackedCache(layers)]
+    for cache in caches:
+        for layer in range(layers):
+            cache.update(tensors[2 * layer].clone(), tensors[2 * layer + 1].clone(), layer)
+    length = torch.tensor(c)
+    plan = repad(width - length, length, torch.tensor(a), torch.tensor(keep), width)
+    return caches, plan
+
+
+@settings(max_examples=150, deadline=None)
+@given(ragged(), st.integers(0, K_MAX), st.integers(1, 3), st.integers(0, 2**16))
+def test_in_place_shift_equals_the_gather_on_every_content_slot(case, extra, layers, seed):
+    """Spec §4.5: the in-place ``shift`` EQSPEC uses and the general
+    ``realign`` gather leave the same keys/values in every content slot
+    ``p'_i .. L'-2`` (positive and negative ``δ_i``, rows leaving), the
+    same shapes, and only finite values in the padding; the next append
+    lands after the moved slots."""
+    c, a, keep = case
+    (gathered, shifted), plan = _twin_caches(c, a, keep, extra, layers, seed)
+    storage = shifted.store.data.data_ptr()
+    kv.realign(gathered, plan.rows, plan.slots[:, : plan.width - 1])
+    kv.shift(shifted, plan.rows, plan.delta, plan.pad, plan.width - 1)
+    assert shifted.store.data.data_ptr() == storage  # in place: no new storage
+    for (gk, gv), (sk, sv) in zip(kv.layer_tensors(gathered), kv.layer_tensors(shifted)):
+        assert sk.shape == gk.shape == (len(plan.rows), 2, plan.width - 1, 3)
+        assert torch.isfinite(sk).all() and torch.isfinite(sv).all()
+        for b, p in enumerate(plan.pad.tolist()):
+            assert torch.equal(sk[b, :, p:], gk[b, :, p:]) and torch.equal(sv[b, :, p:], gv[b, :, p:])
+    before = [t.clone() for pair in kv.layer_tensors(shifted) for t in pair]
+    for layer in range(layers):
+        new = torch.full((len(plan.rows), 2, K_MAX + 1, 3), 7.0, dtype=torch.float64)
+        shifted.update(new, new.clone(), layer)
+    after = [t for pair in kv.layer_tensors(shifted) for t in pair]
+    for old, now in zip(before, after):
+        assert torch.equal(now[:, :, : plan.width - 1], old) and bool((now[:, :, plan.width - 1:] == 7.0).all())

@@ -1,6 +1,8 @@
 """The layer-stacked cache (Spec §2.3, §4.5): appends in place, per-layer
-views of exactly the live slots, and a realignment that is one gather per
-model whatever the layer count. About 1 s."""
+views of exactly the live slots, the general realignment that is one gather
+per model, and EQSPEC's in-place shift that is one copy per moving row,
+both whatever the layer count, and an EQSPEC decode that never grows
+its caches. About 6 s."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+import batchspec
 from batchspec.reference import cache as kv
+from batchspec.testing import random_prompts
 
 
 class Counting(TorchFunctionMode):
@@ -84,7 +88,47 @@ def test_realign_is_one_gather_whatever_the_layer_count(layers):
     assert sum(copies.values()) < 20, copies
 
 
+@pytest.mark.parametrize("layers", [1, 6, 24])
+def test_shift_is_one_copy_per_moving_row_whatever_the_layer_count(layers):
+    """Spec §4.5: a row that stays put is not touched, a row that takes another
+    row's index is one copy, a row moving within itself two (through the
+    one-row scratch); nothing else copies or allocates a cache-sized tensor."""
+    cache, truth = filled(layers=layers, batch=5, slots=9)
+    storage = cache.store.data.data_ptr()
+    rows = torch.tensor([0, 1, 3, 4])  # row 2 leaves
+    delta = torch.tensor([0, 2, 0, -1])  # row 0 stays put; row 1 moves within itself; rows 3, 4 change index
+    pad = torch.tensor([1, 3, 1, 0])  # p'_i; old p_i = p'_i - δ_i = 1 for every row
+    with Counting() as mode:
+        kv.shift(cache, rows, delta, pad, 8)
+    assert mode.calls.get("__setitem__", 0) == 3 and mode.calls.get("copy_", 0) == 1, mode.calls
+    assert not {"index_select", "cat", "clone", "new_zeros", "gather"} & set(mode.calls), mode.calls
+    assert cache.store.data.data_ptr() == storage
+    for (k, _), (tk, _) in zip(kv.layer_tensors(cache), truth):
+        assert k.shape == (4, 2, 8, 4)
+        for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
+            assert torch.equal(k[b, :, q:], tk[row, :, q - d: 8 - d])
+
+
 def test_mismatched_layer_shapes_are_refused():
     cache, _ = filled(layers=2)
     with pytest.raises(ValueError, match="do not fit the stacked cache"):
         cache.update(torch.zeros(3, 5, 1, 4), torch.zeros(3, 5, 1, 4), 1)
+
+
+def test_eqspec_never_grows_its_caches(pairs, monkeypatch):
+    """Spec §2.3: EQSPEC's prefill reserves L + max_new_tokens slots, enough for
+    the whole decode, so no round allocates a cache-sized tensor: the storage
+    never grows and realignment moves rows inside it (ragged prompts, rows
+    leaving at EOS). Fires if the reservation is short: a grow is recorded."""
+    grown, original = [], kv.Store.grow
+    monkeypatch.setattr(kv.Store, "grow", lambda store, needed: (grown.append(needed), original(store, needed)))
+    target, draft = pairs("llama")
+    prompts = random_prompts(seed=7, count=6)
+    result = batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
+                                batch_size=6, eos_token_id=7, check_invariants=True)
+    assert result.stats.realignments > 0 and grown == []
+    # negative control: the same decode with no reservation grows
+    monkeypatch.setattr(kv, "new_cache", lambda model, capacity=0, new=kv.new_cache: new(model))
+    batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
+                       batch_size=6, eos_token_id=7)
+    assert grown

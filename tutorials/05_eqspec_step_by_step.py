@@ -206,7 +206,7 @@ viz.draw_shift(broken, broken.steps[step["index"] - 1], step, last=22);
 # * After verification each row commits its own `a_i`; unpad – append – repad
 #   rebuilds a tight rectangle with `L' = max(c_i + a_i)`, `p'_i = L' - c_i - a_i`
 #   and moves each row by `δ_i = p'_i - p_i` (Spec §4.4).
-# * The caches move by the same `δ_i`, in one gather per cache tensor (Spec §4.5);
+# * The caches move by the same `δ_i`, in place: one copy per moving row (Spec §4.5);
 #   the trace's provenance shows every slot landing where the grid says.
 # * All five invariants hold after every step, even in the semantic mode; each
 #   catalogued bug that changes anything is caught, most in the round it fires.
