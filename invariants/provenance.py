@@ -41,18 +41,38 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
             continue  # nothing written yet, or a shape I3 reports
         live = obs.mask[:, :span] != 0  # [B, span]
-        index = (live.long().cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
+        index = (live.cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
         rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
-        then = table.entries[rows, index]  # [B, span, 3]
-        grid = obs.tokens[:, :span, None].to(then.device, then.dtype)  # [B, span, 1]
-        now = torch.cat([fingerprints(view, 0, span), grid], dim=-1)  # [B, span, 3]
+        then = table.entries[rows, index]  # [B, span, 3] as written: 2 fingerprints, the token
+        now = fingerprints(view, 0, span, obs.tokens[:, :span])  # [B, span, 3] as held now
+        # fingerprints within TOLERANCE, token ids exactly (a limit of 0); NaN is never within
+        limit = (1 + then.abs()) * _limits(then)  # [B, span, 3]
+        bad = live & ~((now - then).abs() <= limit).all(-1)  # [B, span]
+        if bool(bad.any()):  # the explanation is computed only for a violation
+            out.extend(_violations(report, model, bad, live, now, then))
+    return out
+
+
+_LIMITS: dict = {}
+
+
+def _limits(then: torch.Tensor) -> torch.Tensor:
+    """``[3]``: the relative tolerance of each column of ``then``: :data:`TOLERANCE`
+    for the two fingerprints, 0 for the token id (on ``then``'s device)."""
+    key = (then.dtype, then.device)
+    if key not in _LIMITS:
         tol = TOLERANCE.get(then.dtype, 1e-4)
-        close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)
-        bad = live & ~(close & (now[..., 2] == then[..., 2]))  # token ids exactly; NaN is never close
-        for i in bad.any(1).nonzero().flatten().tolist():
-            slot = int(bad[i].nonzero()[0])
-            j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
-            out.append(_explain(report, model, i, slot, j, now[i], then[i]))
+        _LIMITS[key] = torch.tensor([tol, tol, 0.0], dtype=then.dtype, device=then.device)
+    return _LIMITS[key]
+
+
+def _violations(report, model, bad, live, now, then) -> list[Violation]:
+    """One violation per row with a ``bad`` slot, at its first."""
+    out = []
+    for i in bad.any(1).nonzero().flatten().tolist():
+        slot = int(bad[i].nonzero()[0])
+        j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
+        out.append(_explain(report, model, i, slot, j, now[i], then[i]))
     return out
 
 
