@@ -38,9 +38,11 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     One product and one sum per layer, on the keys' own device.
     """
     parts = []
-    for keys, _values in (view.layers[0], view.layers[-1]):
+    for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:
         part = keys[:, :, start:stop]  # [B, H, n, D]
         parts.append((part * direction(part)).sum((1, 3)))  # [B, n]
+    if len(parts) == 1:  # a one-layer model: its first layer is its last
+        parts.append(parts[0])
     if tokens is not None:
         parts.append(tokens.to(parts[0]))  # exact: ids are far below 2**24
     return torch.stack(parts, dim=-1)  # [B, n, 2 or 3]
@@ -182,8 +184,8 @@ class Ledger:
             for r in self.requests(obs):
                 self.pending.pop(r, None)
         if obs.committed is not None:
-            for i, r in enumerate(self.requests(obs)):
-                self.pending[r] = (obs.live_content(i), list(obs.committed[i]))
+            for r, content, tokens in zip(self.requests(obs), obs.live_contents(), obs.committed):
+                self.pending[r] = (content, list(tokens))
 
     @staticmethod
     def requests(obs: Observation) -> list:

@@ -27,9 +27,9 @@ def position_continuity(obs: Observation) -> list[Violation]:
             out.append(report(None, t + n, call.attention_mask.shape[1],
                               "attention mask does not cover the cached slots and the inputs", call.model))
             continue
-        fed = call.attention_mask[:, t:]  # [B, n]
+        fed = call.attention_mask[:, t:] != 0  # [B, n] attended inputs
         expected = call.attention_mask.cumsum(1)[:, t:] - 1  # [B, n] cumsum(mask) - 1
-        if not torch.equal(torch.where(fed != 0, expected, call.position_ids), call.position_ids):
+        if not torch.equal(torch.where(fed, expected, call.position_ids), call.position_ids):
             out.extend(_misplaced(call, fed, expected, report))  # computed only for a violation
         if obs.step != "prefill" and n:
             out.extend(_discontinued(obs, call, report))
@@ -39,7 +39,7 @@ def position_continuity(obs: Observation) -> list[Violation]:
 def _misplaced(call, fed, expected, report) -> list[Violation]:
     """Each row's first attended input whose position id is not ``cumsum(mask) - 1``."""
     out = []
-    wrong = (fed != 0) & (call.position_ids != expected)  # [B, n]
+    wrong = fed & (call.position_ids != expected)  # [B, n]
     for i in wrong.any(1).nonzero().flatten().tolist():
         j = int(wrong[i].nonzero()[0])
         out.append(report(i, int(expected[i, j]), int(call.position_ids[i, j]),

@@ -35,39 +35,35 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
     need = obs.width - 1
     requests = ledger.requests(obs)
     out: list[Violation] = []
+    live = obs.mask[:, :need] != 0  # [B, L - 1]
+    grid = (live, live.cumsum(1) - 1, obs.tokens[:, :need])  # attended, content index, token
     for model, view in obs.caches.items():
         table = ledger.tables.get(model)
         span = min(need, view.length)
         if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
             continue  # nothing written yet, or a shape I3 reports
-        live = obs.mask[:, :span] != 0  # [B, span]
-        index = (live.cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
+        held, index, tokens = grid if span == need else (t[:, :span] for t in grid)  # [B, span]
         rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
+        table.grow(len(table.rows), span)  # then every index < span is a column (-1: the spare one)
         then = table.entries[rows, index]  # [B, span, 3] as written: 2 fingerprints, the token
-        now = fingerprints(view, 0, span, obs.tokens[:, :span])  # [B, span, 3] as held now
-        # fingerprints within TOLERANCE, token ids exactly (a limit of 0); NaN is never within
-        limit = (1 + then.abs()) * _limits(then)  # [B, span, 3]
-        bad = live & ~((now - then).abs() <= limit).all(-1)  # [B, span]
-        if bool(bad.any()):  # the explanation is computed only for a violation
-            out.extend(_violations(report, model, bad, live, now, then))
+        now = fingerprints(view, 0, span, tokens)  # [B, span, 3] as held now
+        if not _same(torch.where(held[..., None], now, then), then):  # explained only for a violation
+            out.extend(_violations(report, model, held, now, then))
     return out
 
 
-_LIMITS: dict = {}
+def _same(now: torch.Tensor, then: torch.Tensor) -> bool:
+    """Fingerprints within :data:`TOLERANCE` (relative, NaN never within), token ids exactly."""
+    tol = TOLERANCE.get(then.dtype, 1e-4)
+    return (torch.equal(now[..., 2], then[..., 2])
+            and torch.allclose(now[..., :2], then[..., :2], rtol=tol, atol=tol))
 
 
-def _limits(then: torch.Tensor) -> torch.Tensor:
-    """``[3]``: the relative tolerance of each column of ``then``: :data:`TOLERANCE`
-    for the two fingerprints, 0 for the token id (on ``then``'s device)."""
-    key = (then.dtype, then.device)
-    if key not in _LIMITS:
-        tol = TOLERANCE.get(then.dtype, 1e-4)
-        _LIMITS[key] = torch.tensor([tol, tol, 0.0], dtype=then.dtype, device=then.device)
-    return _LIMITS[key]
-
-
-def _violations(report, model, bad, live, now, then) -> list[Violation]:
-    """One violation per row with a ``bad`` slot, at its first."""
+def _violations(report, model, live, now, then) -> list[Violation]:
+    """One violation per row with a live slot that fails :func:`_same`, at its first."""
+    tol = TOLERANCE.get(then.dtype, 1e-4)
+    close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)  # [B, span]
+    bad = live & ~(close & (now[..., 2] == then[..., 2]))  # NaN is never close
     out = []
     for i in bad.any(1).nonzero().flatten().tolist():
         slot = int(bad[i].nonzero()[0])
@@ -106,11 +102,13 @@ def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         return []
     report = reporter(obs, "I7", "committed_stream")
     out: list[Violation] = []
-    for i, r in enumerate(ledger.requests(obs)):
+    requests = ledger.requests(obs)
+    if not any(r in ledger.pending for r in requests):
+        return out
+    for i, (r, now) in enumerate(zip(requests, obs.live_contents())):
         if r not in ledger.pending:
             continue
         before, committed = ledger.pending[r]
-        now = obs.live_content(i)
         gained = now[len(before):] if now[:len(before)] == before else None
         if gained is not None and ledger.derived and gained == committed[:len(gained)]:
             continue
