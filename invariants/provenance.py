@@ -61,15 +61,36 @@ def _same(now: torch.Tensor, then: torch.Tensor) -> bool:
 
 def _violations(report, model, live, now, then) -> list[Violation]:
     """One violation per row with a live slot that fails :func:`_same`, at its first."""
-    tol = TOLERANCE.get(then.dtype, 1e-4)
-    close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)  # [B, span]
-    bad = live & ~(close & (now[..., 2] == then[..., 2]))  # NaN is never close
+    bad = _stale(live, now, then)
     out = []
     for i in bad.any(1).nonzero().flatten().tolist():
         slot = int(bad[i].nonzero()[0])
         j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
         out.append(_explain(report, model, i, slot, j, now[i], then[i]))
     return out
+
+
+def _stale(live, now, then) -> torch.Tensor:
+    """``[B, span]``: live slots whose fingerprints or token differ from what was written."""
+    tol = TOLERANCE.get(then.dtype, 1e-4)
+    close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)  # [B, span]
+    return live & ~(close & (now[..., 2] == then[..., 2]))  # NaN is never close
+
+
+def stale_slots(obs: Observation, ledger: Ledger, model: str) -> torch.Tensor | None:
+    """``[B, span]`` bool, ``span = min(L - 1, T)``: the slots of ``model``'s cache
+    that I6 rejects in ``obs`` (live, and not holding the key written there for
+    their token); None when the ledger holds nothing for ``model``. For pictures
+    and reports: :func:`cache_provenance` is the check."""
+    view, table = obs.caches.get(model), ledger.tables.get(model)
+    span = min(obs.width - 1, view.length if view is not None else 0)
+    if table is None or span == 0:
+        return None
+    live = obs.mask[:, :span] != 0
+    rows = table.index(ledger.requests(obs))
+    table.grow(len(table.rows), span)
+    then = table.entries[rows, live.cumsum(1) - 1]
+    return _stale(live, fingerprints(view, 0, span, obs.tokens[:, :span]), then)
 
 
 def _explain(report, model, row, slot, j, now, then) -> Violation:

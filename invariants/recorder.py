@@ -46,6 +46,10 @@ class Watch:
         self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
         self.ledger = None if structural else Ledger(derived=True)
         self.violations: list = []
+        #: the :class:`Observation` whose check found the first violation (None while
+        #: clean): its tensors are the decoder's own, as they were then when
+        #: ``check="raise"`` stopped the decoder there (for a picture of it).
+        self.caught = None
         self.calls = 0
         self.steps = 0
         self.round = 0
@@ -174,6 +178,8 @@ class Watch:
         finally:
             self._checking = False
         self.violations.extend(found)
+        if found and self.caught is None:
+            self.caught = obs
         if found and self.mode == "raise":
             raise InvariantViolation(found[0], tuple(found[1:]))
 
