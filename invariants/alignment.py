@@ -35,7 +35,7 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
             out.append(report(i, [0] * p + [1] * c, obs.mask[i].tolist(),
                               "grid mask is not p_i zeros then c_i ones"))
     for call in obs.calls:
-        if call.attention_mask.shape[0] == rows and same(call.attention_mask, expected):
+        if call.attention_mask.shape[0] == rows and same(call.attention_mask, expected):  # on the call's device
             continue
         zeros = leading_zeros(call.attention_mask)
         for i in range(min(rows, call.attention_mask.shape[0])):
@@ -48,5 +48,5 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
 
 def same(mask, expected) -> bool:
     """``mask`` ``[B, W]`` equals the first ``W`` columns of ``expected`` (one comparison)."""
-    return torch.equal(mask, expected[:, : mask.shape[1]])
+    return torch.equal(mask, expected[:, : mask.shape[1]].to(mask.device))
 

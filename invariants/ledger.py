@@ -40,7 +40,8 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     parts = []
     for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:
         part = keys[:, :, start:stop]  # [B, H, n, D]
-        parts.append((part * direction(part)).sum((1, 3)))  # [B, n]
+        print_ = (part * direction(part)).sum((1, 3))  # [B, n], on the layer's device
+        parts.append(print_ if not parts or print_.device == parts[0].device else print_.to(parts[0].device))
     if len(parts) == 1:  # a one-layer model: its first layer is its last
         parts.append(parts[0])
     if tokens is not None:

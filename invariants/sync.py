@@ -38,11 +38,17 @@ def _first_input(obs, call, newest):
     """``(tokens [B], what)`` the call must lead with, or None when its cache length
     is neither ``L - 1`` (it starts a round) nor that plus some drafts (a later draft call)."""
     need, t, drafts = obs.width - 1, call.cache_length, obs.draft_tokens
+    device = call.input_ids.device  # the grid and the drafts may live on another device than the call
     if t == need:
-        return newest, "the newest committed token"
+        return newest.to(device), "the newest committed token"
     if drafts is not None and call.model == "draft" and 0 < t - need <= drafts.shape[1]:
-        return drafts[:, t - need - 1], f"draft {t - need}"
+        return drafts[:, t - need - 1].to(device), f"draft {t - need}"
     return None
+
+
+def _on(drafts, call):
+    """``drafts`` on ``call``'s device (None stays None)."""
+    return None if drafts is None else drafts.to(call.input_ids.device)
 
 
 def _covers(obs, call) -> bool:
@@ -53,8 +59,9 @@ def _covers(obs, call) -> bool:
 def _in_step(obs, call, expected) -> bool:
     """The whole of :func:`draft_target_sync` for one call, as one answer: a few
     whole-tensor comparisons (the common case, where nothing is wrong)."""
-    need, mask, drafts = obs.width - 1, call.attention_mask, obs.draft_tokens
-    if _covers(obs, call) and not (torch.equal(mask[:, :need], obs.mask[:, :need]) and bool(mask[:, need:].all())):
+    need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
+    if _covers(obs, call) and not (torch.equal(mask[:, :need], obs.mask[:, :need].to(mask.device))
+                                   and bool(mask[:, need:].all())):
         return False
     if expected is None or not torch.equal(call.input_ids[:, 0], expected[0]):
         return False
@@ -65,9 +72,10 @@ def _in_step(obs, call, expected) -> bool:
 def _explain(obs, call, expected, report) -> list[Violation]:
     """Every row where ``call`` breaks :func:`draft_target_sync`."""
     out: list[Violation] = []
-    need, mask, drafts = obs.width - 1, call.attention_mask, obs.draft_tokens
+    need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
     if _covers(obs, call):  # else I2 reports it
-        committed_ok = (mask[:, :need] == obs.mask[:, :need]).all(1) & (mask[:, need:] != 0).all(1)  # [B]
+        grid = obs.mask[:, :need].to(mask.device)
+        committed_ok = (mask[:, :need] == grid).all(1) & (mask[:, need:] != 0).all(1)  # [B]
         for i in (~committed_ok).nonzero().flatten().tolist():
             out.append(report(i, obs.mask[i, :need].tolist() + ["1..."], mask[i].tolist(),
                               "call does not attend exactly the committed slots", call.model))
