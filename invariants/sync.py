@@ -24,23 +24,22 @@ def draft_target_sync(obs: Observation) -> list[Violation]:
     lengths = {m: v.length for m, v in obs.caches.items()}
     if obs.boundary and len(set(lengths.values())) > 1:
         out.append(report(None, "equal cache lengths", lengths, "the two caches describe different streams"))
-    newest = obs.tokens[:, -1]  # [B]
     for call in obs.calls:
         if obs.step == "prefill" or call.input_ids.shape[1] == 0:
             continue
-        expected = _first_input(obs, call, newest)
+        expected = _first_input(obs, call)
         if not _in_step(obs, call, expected):  # the explanation is computed only for a violation
             out.extend(_explain(obs, call, expected, report))
     return out
 
 
-def _first_input(obs, call, newest):
+def _first_input(obs, call):
     """``(tokens [B], what)`` the call must lead with, or None when its cache length
     is neither ``L - 1`` (it starts a round) nor that plus some drafts (a later draft call)."""
     need, t, drafts = obs.width - 1, call.cache_length, obs.draft_tokens
     device = call.input_ids.device  # the grid and the drafts may live on another device than the call
     if t == need:
-        return newest.to(device), "the newest committed token"
+        return obs.tokens[:, -1].to(device), "the newest committed token"
     if drafts is not None and call.model == "draft" and 0 < t - need <= drafts.shape[1]:
         return drafts[:, t - need - 1].to(device), f"draft {t - need}"
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..invariants._util import compact_mask
-from ..invariants.observation import CacheView, Observation
+from ..invariants.observation import BOUNDARY_STEPS, CacheView, Observation
 from . import cache as kv
 from .eqspec import Event
 
@@ -16,9 +16,10 @@ def observation(event: Event) -> Observation:
         return event.observe()
     state = event.state
     pad = state.pad.tolist()
-    caches = {"target": view(state.target_cache)}
+    whole = event.step in BOUNDARY_STEPS  # where I3 reads every slot
+    caches = {"target": view(state.target_cache, whole)}
     if state.draft_cache is not None:
-        caches["draft"] = view(state.draft_cache)
+        caches["draft"] = view(state.draft_cache, whole)
     return Observation(
         round=state.round,
         step=event.step,
@@ -35,6 +36,7 @@ def observation(event: Event) -> Observation:
     )
 
 
-def view(cache) -> CacheView:
-    """The invariants' view of one of our caches: its layers, and the stacked tensor they are slices of."""
-    return CacheView(kv.layer_tensors(cache), kv.stacked_tensor(cache))
+def view(cache, whole: bool) -> CacheView:
+    """The invariants' view of one of our caches: its layers, and (``whole``) the
+    stacked tensor they are slices of."""
+    return CacheView(kv.layer_tensors(cache), kv.stacked_tensor(cache) if whole else None)
