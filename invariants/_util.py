@@ -28,6 +28,12 @@ def leading_zeros(mask) -> list[int]:
     return torch.where(shaped, zeros, -1).tolist()
 
 
+def on(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` on ``device``: itself when it is there already (no dispatch in
+    the common case, where the grid, the calls and the caches share one device)."""
+    return tensor if tensor.device == device else tensor.to(device)
+
+
 _MASKS: dict = {}  # (p_i..., device, dtype) -> the widest mask built for them
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import compact_mask, leading_zeros, reporter
+from ._util import compact_mask, leading_zeros, on, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -48,5 +48,5 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
 
 def same(mask, expected) -> bool:
     """``mask`` ``[B, W]`` equals the first ``W`` columns of ``expected`` (one comparison)."""
-    return torch.equal(mask, expected[:, : mask.shape[1]].to(mask.device))
+    return torch.equal(mask, on(expected[:, : mask.shape[1]], mask.device))
 

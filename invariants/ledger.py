@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from ._util import on
 from .observation import CacheView, ForwardCall, Observation
 
 #: Never-written marker in the token table.
@@ -41,7 +42,7 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:
         part = keys[:, :, start:stop]  # [B, H, n, D]
         print_ = (part * direction(part)).sum((1, 3))  # [B, n], on the layer's device
-        parts.append(print_ if not parts or print_.device == parts[0].device else print_.to(parts[0].device))
+        parts.append(on(print_, parts[0].device) if parts else print_)
     if len(parts) == 1:  # a one-layer model: its first layer is its last
         parts.append(parts[0])
     if tokens is not None:

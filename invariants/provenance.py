@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import reporter
+from ._util import on, reporter
 from .ledger import TOLERANCE, UNWRITTEN, Ledger, fingerprints
 from .observation import Observation
 from .violation import Violation
@@ -45,9 +45,9 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         held, index, tokens = grid if span == need else (t[:, :span] for t in grid)  # [B, span]
         rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
         table.grow(len(table.rows), span)  # then every index < span is a column (-1: the spare one)
-        then = table.entries[rows, index.to(rows.device)]  # [B, span, 3] as written: 2 fingerprints, the token
+        then = table.entries[rows, on(index, rows.device)]  # [B, span, 3] as written: 2 fingerprints, the token
         now = fingerprints(view, 0, span, tokens)  # [B, span, 3] as held now
-        held = held.to(then.device)  # the grid may live on another device than the cache
+        held = on(held, then.device)  # the grid may live on another device than the cache
         if not _same(torch.where(held[..., None], now, then), then):  # explained only for a violation
             out.extend(_violations(report, model, held, now, then))
     return out
@@ -90,8 +90,8 @@ def stale_slots(obs: Observation, ledger: Ledger, model: str) -> torch.Tensor | 
     live = obs.mask[:, :span] != 0
     rows = table.index(ledger.requests(obs))
     table.grow(len(table.rows), span)
-    then = table.entries[rows, (live.cumsum(1) - 1).to(rows.device)]
-    return _stale(live.to(then.device), fingerprints(view, 0, span, obs.tokens[:, :span]), then)
+    then = table.entries[rows, on(live.cumsum(1) - 1, rows.device)]
+    return _stale(on(live, then.device), fingerprints(view, 0, span, obs.tokens[:, :span]), then)
 
 
 def _explain(report, model, row, slot, j, now, then) -> Violation:

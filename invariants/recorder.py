@@ -39,6 +39,7 @@ from contextlib import contextmanager
 import torch
 from transformers import Cache
 
+from ._util import on
 from .checker import violations as check_all
 from .ledger import Ledger
 from .observation import CacheView, ForwardCall, Observation
@@ -153,7 +154,7 @@ class Watch:
         (Spec §3.9): the recorder derives drafts and commits by ``argmax``, so on a
         sampling decoder its I4/I5/I7 reports would be about a decoder it is not
         watching."""
-        drafts = drafts.to(fed.device)  # the draft model may sit on another device than the target
+        drafts = on(drafts, fed.device)  # the draft model may sit on another device than the target
         if fed.shape == drafts.shape and not torch.equal(fed, drafts):
             i, j = (fed != drafts).nonzero()[0].tolist()
             raise ValueError(

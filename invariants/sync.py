@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import reporter
+from ._util import on, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -39,15 +39,15 @@ def _first_input(obs, call):
     need, t, drafts = obs.width - 1, call.cache_length, obs.draft_tokens
     device = call.input_ids.device  # the grid and the drafts may live on another device than the call
     if t == need:
-        return obs.tokens[:, -1].to(device), "the newest committed token"
+        return on(obs.tokens[:, -1], device), "the newest committed token"
     if drafts is not None and call.model == "draft" and 0 < t - need <= drafts.shape[1]:
-        return drafts[:, t - need - 1].to(device), f"draft {t - need}"
+        return on(drafts[:, t - need - 1], device), f"draft {t - need}"
     return None
 
 
 def _on(drafts, call):
     """``drafts`` on ``call``'s device (None stays None)."""
-    return None if drafts is None else drafts.to(call.input_ids.device)
+    return None if drafts is None else on(drafts, call.input_ids.device)
 
 
 def _covers(obs, call) -> bool:
@@ -59,7 +59,7 @@ def _in_step(obs, call, expected) -> bool:
     """The whole of :func:`draft_target_sync` for one call, as one answer: a few
     whole-tensor comparisons (the common case, where nothing is wrong)."""
     need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
-    if _covers(obs, call) and not (torch.equal(mask[:, :need], obs.mask[:, :need].to(mask.device))
+    if _covers(obs, call) and not (torch.equal(mask[:, :need], on(obs.mask[:, :need], mask.device))
                                    and bool(mask[:, need:].all())):
         return False
     if expected is None or not torch.equal(call.input_ids[:, 0], expected[0]):
@@ -73,7 +73,7 @@ def _explain(obs, call, expected, report) -> list[Violation]:
     out: list[Violation] = []
     need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
     if _covers(obs, call):  # else I2 reports it
-        grid = obs.mask[:, :need].to(mask.device)
+        grid = on(obs.mask[:, :need], mask.device)
         committed_ok = (mask[:, :need] == grid).all(1) & (mask[:, need:] != 0).all(1)  # [B]
         for i in (~committed_ok).nonzero().flatten().tolist():
             out.append(report(i, obs.mask[i, :need].tolist() + ["1..."], mask[i].tolist(),
