@@ -26,3 +26,30 @@ def leading_zeros(mask) -> list[int]:
     zeros = (m.cumsum(1) == 0).sum(1)  # [B]
     shaped = ((m == 0) | (m == 1)).all(1) & (m.sum(1) + zeros == m.shape[1])  # [B]
     return torch.where(shaped, zeros, -1).tolist()
+
+
+def on(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` on ``device``: itself when it is there already (no dispatch in
+    the common case, where the grid, the calls and the caches share one device)."""
+    return tensor if tensor.device == device else tensor.to(device)
+
+
+_MASKS: dict = {}  # (p_i..., device, dtype) -> the widest mask built for them
+
+
+def compact_mask(pad: list[int], width: int, device, dtype=torch.bool) -> torch.Tensor:
+    """``[B, width]``: row ``i`` is ``pad[i]`` zeros then ones (Spec §2.2).
+
+    Kept by value, a few at a time: every step between two boundaries has the
+    same ``p_i`` and widths that grow by a slot or two, so the mask is built
+    once per round (wider than asked, then sliced). Shared: read it, never
+    write into it.
+    """
+    key = (tuple(pad), device, dtype)
+    mask = _MASKS.get(key)
+    if mask is None or mask.shape[1] < width:
+        if len(_MASKS) >= 8:
+            _MASKS.clear()
+        slots = torch.arange(width + 16, device=device)
+        mask = _MASKS[key] = (slots[None, :] >= torch.tensor(pad, device=device)[:, None]).to(dtype)
+    return mask[:, :width]

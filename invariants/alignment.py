@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import leading_zeros, reporter
+from ._util import compact_mask, leading_zeros, on, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -22,9 +22,8 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
                        "pad, length, mask and tokens disagree on the number of rows")]
     if obs.mask.shape[1] != width:
         return [report(None, width, obs.mask.shape[1], "grid mask width differs from L")]
-    pad = torch.tensor(obs.pad, device=obs.mask.device)[:, None]  # [B, 1]
-    slots = torch.arange(max([width] + [c.attention_mask.shape[1] for c in obs.calls]), device=pad.device)
-    expected = slots[None, :] >= pad  # [B, W] p_i zeros then ones, as wide as the widest mask
+    expected = compact_mask(obs.pad, max([width] + [c.attention_mask.shape[1] for c in obs.calls]),
+                            obs.mask.device)  # [B, W] p_i zeros then ones, as wide as the widest mask
     grid_zeros = None if same(obs.mask, expected) else leading_zeros(obs.mask)  # slow path: find rows
     for i in range(rows):
         p, c = obs.pad[i], obs.length[i]
@@ -36,7 +35,7 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
             out.append(report(i, [0] * p + [1] * c, obs.mask[i].tolist(),
                               "grid mask is not p_i zeros then c_i ones"))
     for call in obs.calls:
-        if call.attention_mask.shape[0] == rows and same(call.attention_mask, expected):
+        if call.attention_mask.shape[0] == rows and same(call.attention_mask, expected):  # on the call's device
             continue
         zeros = leading_zeros(call.attention_mask)
         for i in range(min(rows, call.attention_mask.shape[0])):
@@ -49,4 +48,5 @@ def rectangular_alignment(obs: Observation) -> list[Violation]:
 
 def same(mask, expected) -> bool:
     """``mask`` ``[B, W]`` equals the first ``W`` columns of ``expected`` (one comparison)."""
-    return bool(mask.eq(expected[:, : mask.shape[1]]).all())
+    return torch.equal(mask, on(expected[:, : mask.shape[1]], mask.device))
+

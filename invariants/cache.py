@@ -42,7 +42,7 @@ def cache_correspondence(obs: Observation, oracle: KVOracle | None = None) -> li
             continue
         # At a boundary only: a non-finite value written mid-round either stays in the cache,
         # and this boundary sees it, or is cropped with the rejected slots it sat in.
-        if obs.boundary and not finite(t for pair in view.layers for t in pair):  # else: the common case
+        if obs.boundary and not finite(view.whole()):  # else: the common case
             out.extend(_non_finite(view, model, report))
         if oracle is not None and not out:
             out.extend(_semantic(obs, model, view, oracle, report))
@@ -54,7 +54,9 @@ def finite(tensors) -> bool:
     is finite (a NaN or an infinity propagates into its sum). A False is only
     a hint, checked entry by entry: a sum of finite entries may overflow."""
     sums = [t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32) for t in tensors]
-    return not sums or bool(torch.isfinite(torch.stack([s.double() for s in sums])).all())
+    if len({(s.dtype, s.device) for s in sums}) > 1:  # mixed dtypes, or layers spread over devices
+        sums = [s.double().to(sums[0].device) for s in sums]
+    return not sums or bool(torch.stack(sums).isfinite().all())
 
 
 def _non_finite(view, model, report) -> list[Violation]:

@@ -20,42 +20,50 @@ from __future__ import annotations
 
 import torch
 
+from ._util import on
 from .observation import CacheView, ForwardCall, Observation
 
 #: Never-written marker in the token table.
 UNWRITTEN = -1
 
 
-def fingerprints(view: CacheView, start: int, stop: int) -> torch.Tensor:
+def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, stop - start, 2]``: slots ``start .. stop-1`` of ``view`` projected on
-    a fixed random direction, at the first and at the last layer's keys (Spec §3.6).
+    a fixed random direction, at the first and at the last layer's keys (Spec §3.6);
+    with ``tokens`` ``[B, stop - start]``, their ids follow as a third column.
 
     Layer 0's key depends only on the token and its position; the last
     layer's depends on everything the token attended to. The projection is
-    computed in at least float32, so summation order cannot move it by more
-    than :data:`TOLERANCE` allows.
+    computed in at least float32 (the direction's dtype promotes the keys'),
+    so summation order cannot move it by more than :data:`TOLERANCE` allows.
+    One product and one sum per layer, on the keys' own device.
     """
-    out = []
-    for keys, _values in (view.layers[0], view.layers[-1]):
+    parts = []
+    for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:
         part = keys[:, :, start:stop]  # [B, H, n, D]
-        dtype = torch.float64 if part.dtype == torch.float64 else torch.float32
-        b, h, n, d = part.shape
-        flat = part.transpose(1, 2).reshape(b, n, h * d).to(dtype)  # [B, n, H*D]
-        out.append(flat @ direction(h, d, dtype, part.device).reshape(h * d))  # [B, n]
-    return torch.stack(out, dim=-1)  # [B, n, 2]
+        print_ = (part * direction(part)).sum((1, 3))  # [B, n], on the layer's device
+        parts.append(on(print_, parts[0].device) if parts else print_)
+    if len(parts) == 1:  # a one-layer model: its first layer is its last
+        parts.append(parts[0])
+    if tokens is not None:
+        parts.append(tokens.to(parts[0]))  # exact: ids are far below 2**24
+    return torch.stack(parts, dim=-1)  # [B, n, 2 or 3]
 
 
 _DIRECTIONS: dict = {}
 
 
-def direction(heads: int, dim: int, dtype, device) -> torch.Tensor:
-    """A fixed random direction ``[heads, dim]`` of unit expected norm (seed 0, the
-    same on every device)."""
-    key = (heads, dim, dtype, str(device))
+def direction(keys: torch.Tensor) -> torch.Tensor:
+    """A fixed random direction ``[H, 1, D]`` of unit expected norm for ``keys``
+    ``[B, H, n, D]`` (seed 0, the same on every device), in float64 for float64
+    keys and float32 otherwise, on the keys' device."""
+    heads, dim = keys.shape[1], keys.shape[3]
+    dtype = torch.float64 if keys.dtype == torch.float64 else torch.float32
+    key = (heads, dim, dtype, keys.device)
     if key not in _DIRECTIONS:
         g = torch.Generator().manual_seed(0)
         d = torch.randn(heads, dim, generator=g, dtype=torch.float64) / (heads * dim) ** 0.5
-        _DIRECTIONS[key] = d.to(device, dtype)
+        _DIRECTIONS[key] = d.to(keys.device, dtype)[:, None, :]
     return _DIRECTIONS[key]
 
 
@@ -133,16 +141,15 @@ class Ledger:
         mask = call.attention_mask
         if mask.shape[1] != t + n:
             return
-        prints = fingerprints(view, t, t + n)  # [B, n, 2]
+        keys = view.layers[0][0]
         table = self.tables.get(call.model)
         if table is None:
-            table = self.tables[call.model] = _Table(prints.device, prints.dtype)
+            table = self.tables[call.model] = _Table(keys.device, direction(keys).dtype)
         rows = table.index(requests)  # [B, 1]
         table.grow(len(table.rows), t + n)  # content indices are < t + n
         spare = table.entries.shape[1] - 1  # masked inputs are written there
-        index = torch.where(mask[:, t:] != 0, mask.long().cumsum(1)[:, t:] - 1, spare)  # [B, n]
-        ids = call.input_ids.to(device=prints.device, dtype=prints.dtype)[..., None]  # [B, n, 1]
-        table.entries[rows, index] = torch.cat([prints, ids], dim=-1)
+        index = torch.where(mask[:, t:] != 0, mask.cumsum(1)[:, t:] - 1, spare)  # [B, n]
+        table.entries[rows, index] = fingerprints(view, t, t + n, call.input_ids)  # [B, n, 3]
 
     def snapshot(self):
         """A copy to :meth:`restore` when a step is rolled back (a transactional caller)."""
@@ -179,8 +186,8 @@ class Ledger:
             for r in self.requests(obs):
                 self.pending.pop(r, None)
         if obs.committed is not None:
-            for i, r in enumerate(self.requests(obs)):
-                self.pending[r] = (obs.live_content(i), list(obs.committed[i]))
+            for r, content, tokens in zip(self.requests(obs), obs.live_contents(), obs.committed):
+                self.pending[r] = (content, list(tokens))
 
     @staticmethod
     def requests(obs: Observation) -> list:

@@ -67,9 +67,23 @@ class CacheView:
     Attributes:
         layers: per layer ``(keys, values)``, each ``[B, kv_heads, T, head_dim]``;
             ``[]`` for an empty cache. No copy is needed: the checks only read.
+        stacked: optional, for a decoder that keeps every layer in one tensor:
+            that tensor ``[2·layers, B, kv_heads, T, head_dim]`` (layer ``l``'s
+            keys at ``2l``, values at ``2l + 1``), of which ``layers`` are
+            slices. The checks that read every slot (I3's finiteness) then
+            make one pass instead of one per tensor. ``None``: read ``layers``.
     """
 
     layers: list[tuple[torch.Tensor, torch.Tensor]]
+    stacked: torch.Tensor | None = None  # [2·layers, B, H, T, D]
+
+    def whole(self) -> list[torch.Tensor]:
+        """Tensors that together hold every key and value: ``[stacked]`` when it
+        matches ``layers`` in shape, else every layer's keys and values."""
+        if self.stacked is not None and self.layers and self.stacked.shape == (
+                (2 * len(self.layers),) + tuple(self.layers[0][0].shape)):
+            return [self.stacked]
+        return [t for pair in self.layers for t in pair]
 
     @property
     def length(self) -> int:
@@ -164,3 +178,8 @@ class Observation:
     def live_content(self, row: int) -> list[int]:
         """Committed tokens of ``row`` in any layout: the slots its grid mask attends."""
         return self.tokens[row][self.mask[row] != 0].tolist()
+
+    def live_contents(self) -> list[list[int]]:
+        """:meth:`live_content` of every row (two transfers, whatever ``B``)."""
+        attended = (self.mask != 0).tolist()
+        return [[x for x, m in zip(row, keep) if m] for row, keep in zip(self.tokens.tolist(), attended)]

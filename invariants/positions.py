@@ -21,27 +21,40 @@ def position_continuity(obs: Observation) -> list[Violation]:
     """
     report = reporter(obs, "I2", "position_continuity")
     out: list[Violation] = []
-    rows = obs.tokens.shape[0]
     for call in obs.calls:
-        t = call.cache_length
-        if call.attention_mask.shape[1] != t + call.input_ids.shape[1]:  # nothing to derive from
-            out.append(report(None, t + call.input_ids.shape[1], call.attention_mask.shape[1],
+        t, n = call.cache_length, call.input_ids.shape[1]
+        if call.attention_mask.shape[1] != t + n:  # nothing to derive from
+            out.append(report(None, t + n, call.attention_mask.shape[1],
                               "attention mask does not cover the cached slots and the inputs", call.model))
             continue
-        counts = call.attention_mask.long().cumsum(1)[:, t:]  # [B, n]
-        attended = call.attention_mask[:, t:] != 0  # [B, n]
-        wrong = attended & (call.position_ids != counts - 1)  # [B, n]
-        for i in wrong.any(1).nonzero().flatten().tolist():
-            j = int(wrong[i].nonzero()[0])
-            out.append(report(i, int(counts[i, j]) - 1, int(call.position_ids[i, j]),
-                              f"position id of input {j} is not cumsum(mask) - 1", call.model))
-        if obs.step == "prefill" or call.input_ids.shape[1] == 0:
-            continue
-        speculative = t - (obs.width - 1)
-        b = min(rows, call.position_ids.shape[0])
-        expected = torch.tensor(obs.length[:b], device=call.position_ids.device) - 1 + speculative  # [b]
-        for i in (call.position_ids[:b, 0] != expected).nonzero().flatten().tolist():
-            out.append(report(i, int(expected[i]), int(call.position_ids[i, 0]),
-                              "first input does not continue the row's committed stream "
-                              f"(c_i - 1 + {speculative} speculative cached slots)", call.model))
+        fed = call.attention_mask[:, t:] != 0  # [B, n] attended inputs
+        expected = call.attention_mask.cumsum(1)[:, t:] - 1  # [B, n] cumsum(mask) - 1
+        if not torch.equal(torch.where(fed, expected, call.position_ids), call.position_ids):
+            out.extend(_misplaced(call, fed, expected, report))  # computed only for a violation
+        if obs.step != "prefill" and n:
+            out.extend(_discontinued(obs, call, report))
+    return out
+
+
+def _misplaced(call, fed, expected, report) -> list[Violation]:
+    """Each row's first attended input whose position id is not ``cumsum(mask) - 1``."""
+    out = []
+    wrong = fed & (call.position_ids != expected)  # [B, n]
+    for i in wrong.any(1).nonzero().flatten().tolist():
+        j = int(wrong[i].nonzero()[0])
+        out.append(report(i, int(expected[i, j]), int(call.position_ids[i, j]),
+                          f"position id of input {j} is not cumsum(mask) - 1", call.model))
+    return out
+
+
+def _discontinued(obs, call, report) -> list[Violation]:
+    """Rows whose first input is not at ``c_i - 1`` plus the speculative slots cached."""
+    speculative = call.cache_length - (obs.width - 1)
+    b = min(obs.tokens.shape[0], call.position_ids.shape[0])
+    first = call.position_ids[:b, 0].tolist()  # [b]: one small transfer
+    out = []
+    for i, (c, got) in enumerate(zip(obs.length[:b], first)):
+        if got != c - 1 + speculative:
+            out.append(report(i, c - 1 + speculative, got, "first input does not continue the row's committed "
+                              f"stream (c_i - 1 + {speculative} speculative cached slots)", call.model))
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import reporter
+from ._util import on, reporter
 from .ledger import TOLERANCE, UNWRITTEN, Ledger, fingerprints
 from .observation import Observation
 from .violation import Violation
@@ -35,25 +35,63 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
     need = obs.width - 1
     requests = ledger.requests(obs)
     out: list[Violation] = []
+    live = obs.mask[:, :need] != 0  # [B, L - 1]
+    grid = (live, live.cumsum(1) - 1, obs.tokens[:, :need])  # attended, content index, token
     for model, view in obs.caches.items():
         table = ledger.tables.get(model)
         span = min(need, view.length)
         if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
             continue  # nothing written yet, or a shape I3 reports
-        live = obs.mask[:, :span] != 0  # [B, span]
-        index = (live.long().cumsum(1) - 1).clamp(0, table.unwritten)  # [B, span] content index
+        held, index, tokens = grid if span == need else (t[:, :span] for t in grid)  # [B, span]
         rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
-        then = table.entries[rows, index]  # [B, span, 3]
-        grid = obs.tokens[:, :span, None].to(then.device, then.dtype)  # [B, span, 1]
-        now = torch.cat([fingerprints(view, 0, span), grid], dim=-1)  # [B, span, 3]
-        tol = TOLERANCE.get(then.dtype, 1e-4)
-        close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)
-        bad = live & ~(close & (now[..., 2] == then[..., 2]))  # token ids exactly; NaN is never close
-        for i in bad.any(1).nonzero().flatten().tolist():
-            slot = int(bad[i].nonzero()[0])
-            j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
-            out.append(_explain(report, model, i, slot, j, now[i], then[i]))
+        table.grow(len(table.rows), span)  # then every index < span is a column (-1: the spare one)
+        then = table.entries[rows, on(index, rows.device)]  # [B, span, 3] as written: 2 fingerprints, the token
+        now = fingerprints(view, 0, span, tokens)  # [B, span, 3] as held now
+        held = on(held, then.device)  # the grid may live on another device than the cache
+        if not _same(torch.where(held[..., None], now, then), then):  # explained only for a violation
+            out.extend(_violations(report, model, held, now, then))
     return out
+
+
+def _same(now: torch.Tensor, then: torch.Tensor) -> bool:
+    """Fingerprints within :data:`TOLERANCE` (relative, NaN never within), token ids exactly."""
+    tol = TOLERANCE.get(then.dtype, 1e-4)
+    return (torch.equal(now[..., 2], then[..., 2])
+            and torch.allclose(now[..., :2], then[..., :2], rtol=tol, atol=tol))
+
+
+def _violations(report, model, live, now, then) -> list[Violation]:
+    """One violation per row with a live slot that fails :func:`_same`, at its first."""
+    bad = _stale(live, now, then)
+    out = []
+    for i in bad.any(1).nonzero().flatten().tolist():
+        slot = int(bad[i].nonzero()[0])
+        j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
+        out.append(_explain(report, model, i, slot, j, now[i], then[i]))
+    return out
+
+
+def _stale(live, now, then) -> torch.Tensor:
+    """``[B, span]``: live slots whose fingerprints or token differ from what was written."""
+    tol = TOLERANCE.get(then.dtype, 1e-4)
+    close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)  # [B, span]
+    return live & ~(close & (now[..., 2] == then[..., 2]))  # NaN is never close
+
+
+def stale_slots(obs: Observation, ledger: Ledger, model: str) -> torch.Tensor | None:
+    """``[B, span]`` bool, ``span = min(L - 1, T)``: the slots of ``model``'s cache
+    that I6 rejects in ``obs`` (live, and not holding the key written there for
+    their token); None when the ledger holds nothing for ``model``. For pictures
+    and reports: :func:`cache_provenance` is the check."""
+    view, table = obs.caches.get(model), ledger.tables.get(model)
+    span = min(obs.width - 1, view.length if view is not None else 0)
+    if table is None or span == 0:
+        return None
+    live = obs.mask[:, :span] != 0
+    rows = table.index(ledger.requests(obs))
+    table.grow(len(table.rows), span)
+    then = table.entries[rows, on(live.cumsum(1) - 1, rows.device)]
+    return _stale(on(live, then.device), fingerprints(view, 0, span, obs.tokens[:, :span]), then)
 
 
 def _explain(report, model, row, slot, j, now, then) -> Violation:
@@ -86,11 +124,13 @@ def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         return []
     report = reporter(obs, "I7", "committed_stream")
     out: list[Violation] = []
-    for i, r in enumerate(ledger.requests(obs)):
+    requests = ledger.requests(obs)
+    if not any(r in ledger.pending for r in requests):
+        return out
+    for i, (r, now) in enumerate(zip(requests, obs.live_contents())):
         if r not in ledger.pending:
             continue
         before, committed = ledger.pending[r]
-        now = obs.live_content(i)
         gained = now[len(before):] if now[:len(before)] == before else None
         if gained is not None and ledger.derived and gained == committed[:len(gained)]:
             continue

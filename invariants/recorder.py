@@ -19,8 +19,17 @@ after every round's realignment. Everything else is derived from the calls:
 ``p_i`` and ``c_i`` from that mask, the drafts from the draft model's greedy
 choices, the tokens a round commits from the target's logits (greedy
 acceptance), and the step of each call (no cache: prefill; draft model:
-draft; target: verify). Drafting is assumed greedy (``argmax`` of the
-draft's last logits), as verification is.
+draft; target: verify).
+
+Greedy decoders only: the drafts are taken to be the draft model's
+``argmax`` and the committed tokens the target's greedy acceptance. A
+decoder that feeds any other draft (a sampling decoder, whose drafts are
+drawn from ``q``) is refused with a ``ValueError`` at the first such call
+rather than reported as I4/I5/I7 violations about a decoder it is not:
+those invariants would be checked against choices the decoder never made.
+For a sampler, fill :class:`Observation` records by hand with the tokens it
+committed and its rule (``sampled``, I8, Spec §3.8); I1–I4 and I6 hold for
+it unchanged, I5 is replaced by I8.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from contextlib import contextmanager
 import torch
 from transformers import Cache
 
+from ._util import on
 from .checker import violations as check_all
 from .ledger import Ledger
 from .observation import CacheView, ForwardCall, Observation
@@ -46,6 +56,10 @@ class Watch:
         self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
         self.ledger = None if structural else Ledger(derived=True)
         self.violations: list = []
+        #: the :class:`Observation` whose check found the first violation (None while
+        #: clean): its tensors are the decoder's own, as they were then when
+        #: ``check="raise"`` stopped the decoder there (for a picture of it).
+        self.caught = None
         self.calls = 0
         self.steps = 0
         self.round = 0
@@ -121,14 +135,34 @@ class Watch:
         if name == "draft":
             if self.drafts is None:
                 self.drafts = call.input_ids.new_zeros((call.input_ids.shape[0], 0))
-            if not self.verified and call.cache_length - (self.grid[0].shape[1] - 1) == self.drafts.shape[1]:
+            slot = call.cache_length - (self.grid[0].shape[1] - 1)  # drafts already fed
+            if not self.verified and 0 < slot <= self.drafts.shape[1]:
+                self._greedy(call.input_ids[:, :1], self.drafts[:, slot - 1: slot], "draft")
+            if not self.verified and slot == self.drafts.shape[1]:
                 self.drafts = torch.cat([self.drafts, call.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
             self._check("draft", [call], None)
         else:
             self.verified = True
             if self.drafts is not None:  # a catch-up call before verification proposed one too many
                 self.drafts = self.drafts[:, : max(call.input_ids.shape[1] - 1, 0)]
+                self._greedy(call.input_ids[:, 1:], self.drafts, "target")
             self._check("verify", [call], self._committed(call))
+
+    @staticmethod
+    def _greedy(fed, drafts, name) -> None:
+        """Refuse a decoder whose drafts are not the draft model's greedy choices
+        (Spec §3.9): the recorder derives drafts and commits by ``argmax``, so on a
+        sampling decoder its I4/I5/I7 reports would be about a decoder it is not
+        watching."""
+        drafts = on(drafts, fed.device)  # the draft model may sit on another device than the target
+        if fed.shape == drafts.shape and not torch.equal(fed, drafts):
+            i, j = (fed != drafts).nonzero()[0].tolist()
+            raise ValueError(
+                f"watch: the {name} model was fed draft token {int(fed[i, j])} in row {i}, not the draft "
+                f"model's greedy choice {int(drafts[i, j])}. watch checks greedy decoders only (it derives "
+                "the drafts and the committed tokens by argmax); a sampling decoder is out of its scope: "
+                "fill Observations by hand with committed= and sampled= (I8, Spec §3.8). A greedy decoder "
+                "that feeds another draft has a bug (I4, draft/target sync).")
 
     def _committed(self, call: ForwardCall) -> list | None:
         """Greedy acceptance on what the target really returned: the drafts it
@@ -174,6 +208,8 @@ class Watch:
         finally:
             self._checking = False
         self.violations.extend(found)
+        if found and self.caught is None:
+            self.caught = obs
         if found and self.mode == "raise":
             raise InvariantViolation(found[0], tuple(found[1:]))
 

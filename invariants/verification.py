@@ -43,7 +43,8 @@ def greedy_verification(obs: Observation) -> list[Violation]:
     if call.logits.shape[1] != n:
         return [report(None, f"logits for all {n} inputs", call.logits.shape[1],
                        "verification call did not return logits for every input", "target")]
-    choice = call.logits.argmax(-1)  # [B, n]
+    choice = call.logits.argmax(-1).tolist()  # [B][n]: two small transfers, then plain Python
+    fed = call.input_ids.tolist()  # [B][n]
     out: list[Violation] = []
     for i, tokens in enumerate(obs.committed):
         if len(tokens) > n:
@@ -51,13 +52,13 @@ def greedy_verification(obs: Observation) -> list[Violation]:
                               "row commits more tokens than the call verified", "target"))
             continue
         for j, token in enumerate(tokens):
-            if j and int(call.input_ids[i, j]) != tokens[j - 1]:
-                out.append(report(i, tokens[j - 1], int(call.input_ids[i, j]),
+            if j and fed[i][j] != tokens[j - 1]:
+                out.append(report(i, tokens[j - 1], fed[i][j],
                                   f"committed token {j} was chosen after input {j}, which is not "
                                   f"committed token {j - 1}", "target"))
                 break
-            if int(choice[i, j]) != token:
-                out.append(report(i, int(choice[i, j]), token,
+            if choice[i][j] != token:
+                out.append(report(i, choice[i][j], token,
                                   f"committed token {j} is not the target's greedy choice", "target"))
                 break
     return out

@@ -27,6 +27,7 @@ __all__ = [
     "new_cache",
     "cache_length",
     "layer_tensors",
+    "stacked_tensor",
     "crop_to",
     "realign",
     "shift",
@@ -201,6 +202,17 @@ def layer_tensors(cache: StackedCache) -> list[tuple[torch.Tensor, torch.Tensor]
     """Per layer ``(keys, values)``, each ``[B, kv_heads, T, head_dim]``: views
     of exactly the live slots (no copy)."""
     return [(layer.keys, layer.values) for layer in cache.layers if layer.is_initialized and layer.length]
+
+
+def stacked_tensor(cache: StackedCache) -> torch.Tensor | None:
+    """Every layer's live keys and values as one view ``[2·layers, B, kv_heads, T,
+    head_dim]`` of the store (layer ``l``'s keys at ``2l``, values at ``2l + 1``),
+    of which :func:`layer_tensors` are the slices; None unless every layer is
+    live at one length. Lets a check that reads every slot make one pass."""
+    lengths = {layer.length if layer.is_initialized else 0 for layer in cache.layers}
+    if cache.store.data is None or len(lengths) != 1 or not next(iter(lengths)):
+        return None
+    return cache.store.data[:, : cache.store.rows, :, : lengths.pop()]
 
 
 def crop_to(cache: StackedCache, length: int) -> None:

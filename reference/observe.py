@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from ..invariants.observation import CacheView, Observation
+import torch
+
+from ..invariants._util import compact_mask
+from ..invariants.observation import BOUNDARY_STEPS, CacheView, Observation
 from . import cache as kv
 from .eqspec import Event
-from .state import attention_mask
 
 
 def observation(event: Event) -> Observation:
@@ -13,15 +15,17 @@ def observation(event: Event) -> Observation:
     if event.observe is not None:  # a decoder with its own layout records what it really holds
         return event.observe()
     state = event.state
-    caches = {"target": CacheView(kv.layer_tensors(state.target_cache))}
+    pad = state.pad.tolist()
+    whole = event.step in BOUNDARY_STEPS  # where I3 reads every slot
+    caches = {"target": view(state.target_cache, whole)}
     if state.draft_cache is not None:
-        caches["draft"] = CacheView(kv.layer_tensors(state.draft_cache))
+        caches["draft"] = view(state.draft_cache, whole)
     return Observation(
         round=state.round,
         step=event.step,
         tokens=state.tokens,
-        mask=attention_mask(state.pad, state.width),
-        pad=state.pad.tolist(),
+        mask=compact_mask(pad, state.width, state.tokens.device, torch.long).clone(),  # attention_mask(pad, L)
+        pad=pad,
         length=state.length.tolist(),
         caches=caches,
         calls=list(event.calls),
@@ -30,3 +34,9 @@ def observation(event: Event) -> Observation:
         committed=event.committed,
         sampled=event.sampled,
     )
+
+
+def view(cache, whole: bool) -> CacheView:
+    """The invariants' view of one of our caches: its layers, and (``whole``) the
+    stacked tensor they are slices of."""
+    return CacheView(kv.layer_tensors(cache), kv.stacked_tensor(cache) if whole else None)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from batchspec.invariants import CacheView, ForwardCall, Ledger, Observation, violations
+from batchspec.invariants.ledger import direction, fingerprints
 from batchspec.invariants.provenance import cache_provenance, committed_stream
 from batchspec.reference import Models, decode, observation
 from batchspec.testing import random_prompts
@@ -118,3 +119,25 @@ def test_glue_mistakes_are_value_errors_naming_the_field():
                       committed=[[4]])
     with pytest.raises(ValueError, match=r"ForwardCall\.cache_length .* read after the call"):
         violations(obs)
+
+
+def test_the_ledger_keeps_its_tensors_on_the_cache_device():
+    """Device-agnostic by construction: everything the ledger creates (the fixed
+    direction, the table, its row index) lives on the device of the tensors it
+    is given. Checked on the ``meta`` device (shapes only, no data), the one
+    non-CPU device every machine has: a tensor made on the CPU by mistake
+    meets a meta tensor in an operation and raises. (CUDA is not run here.)"""
+    b, heads, t, n, dim, layers = 2, 2, 5, 3, 4, 3
+    keys = torch.zeros(b, heads, t + n, dim, device="meta")
+    view = CacheView([(keys, keys)] * layers)
+    mask = torch.ones(b, t + n, dtype=torch.long, device="meta")
+    call = ForwardCall("target", torch.zeros(b, n, dtype=torch.long, device="meta"), mask,
+                       torch.zeros(b, n, dtype=torch.long, device="meta"), t)
+    ledger = Ledger()
+    ledger.record(call, view, [7, 8])
+    table = ledger.tables["target"]
+    assert table.entries.device.type == "meta" and table.index([7, 8]).device.type == "meta"
+    assert fingerprints(view, t, t + n, call.input_ids).device.type == "meta"
+    assert direction(keys).device.type == "meta"
+    with pytest.raises(RuntimeError, match="device"):  # negative control: what a CPU-made direction would do
+        keys * direction(torch.zeros(b, heads, 1, dim))

@@ -118,3 +118,54 @@ def test_a_replaced_cache_must_be_announced():
     with watch(target=target, draft=draft) as w:
         with pytest.raises(ValueError, match="draft_cache="):
             outside.decode(target, draft, WITH_PAD_ID, K, N, on_boundary=forgetful)
+
+
+def gumbel(seed: int):
+    """A forward hook that adds Gumbel noise to the logits the decoder sees: its
+    argmax is then a sample from the softmax (the Gumbel-max trick), so the
+    outside decoder drafts by sampling. Registered after ``watch``'s own hook,
+    which has recorded the model's true logits by then."""
+    g = torch.Generator().manual_seed(seed)
+
+    def hook(_module, _args, output):
+        u = torch.rand(output.logits.shape, generator=g, dtype=output.logits.dtype).clamp_min(1e-12)
+        output.logits = output.logits - torch.log(-torch.log(u))
+        return output
+
+    return hook
+
+
+def test_a_sampling_decoder_is_refused_not_misreported():
+    """The recorder derives drafts and commits by argmax; a decoder that drafts by
+    sampling gets a ValueError naming that, not I4/I5/I7 violations. Negative
+    control: the same decoder without the noise is silent (greedy drafts)."""
+    target, draft = pair("qwen3")
+    with watch(target=target, draft=draft) as w:
+        handle = draft.register_forward_hook(gumbel(0))
+        try:
+            with pytest.raises(ValueError, match="greedy decoders only") as refused:
+                outside.decode(target, draft, WITH_PAD_ID, K, N, on_boundary=w.boundary)
+        finally:
+            handle.remove()
+    assert "not the draft model's greedy choice" in str(refused.value) and w.violations == []
+    _, clean = checked(target, draft)
+    assert clean.violations == []
+
+
+def test_the_picture_marks_exactly_the_slots_I6_rejects():
+    """``provenance_cells`` (chapter 9's picture): at the batch-minimum bug's boundary
+    the outlined cell is the violation's slot, rows realigned by their own count
+    are clean, and the draft cache (realigned correctly) has no bad slot."""
+    from batchspec.viz.recorded import provenance_cells
+
+    target, draft = pair("qwen3")
+    with watch(target=target, draft=draft) as w:
+        with pytest.raises(InvariantViolation) as caught:
+            outside.decode(target, draft, WITH_PAD_ID, K, N, on_boundary=w.boundary, bug="batch_min")
+    v, cells = caught.value.violation, provenance_cells(w.caught, w.ledger, "target")
+    row, slot = cells.marks[0]
+    assert (row, f"slot {slot} ") == (v.row, v.detail[: len(f"slot {slot} ")])
+    assert {i for i, _ in cells.marks} == {x.row for x in (v, *caught.value.others) if x.model == "target"}
+    assert any("unknown" not in kinds for kinds in cells.kinds)
+    draft_cells = provenance_cells(w.caught, w.ledger, "draft")
+    assert draft_cells.marks == [] and not any("unknown" in kinds for kinds in draft_cells.kinds)

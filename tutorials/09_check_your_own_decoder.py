@@ -11,33 +11,19 @@
 
 # %%
 import inspect
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-from batchspec.invariants import watch
+from batchspec import viz
+from batchspec.invariants import InvariantViolation, watch
 from batchspec.testing import reference_greedy
 
-PAIR = os.environ.get("BATCHSPEC_TUTORIAL_PAIR", "default")
-DEVICE = os.environ.get("BATCHSPEC_TUTORIAL_DEVICE", "cpu")
 torch.set_num_threads(1)
-
-if PAIR.startswith("tiny-"):
-    from batchspec.models import tiny
-
-    target, draft = tiny.pair(PAIR[5:], "perturbed", seed=0)
-    prompts = [[13, 41, 89, 42], [41, 24, 12, 82], [21, 94, 90, 41, 63, 22], [52, 77, 6, 63, 33, 53]]
-else:
-    if PAIR != "default":
-        print(f"BATCHSPEC_TUTORIAL_PAIR={PAIR!r}: this chapter runs the default pair or tiny-<family>; "
-              "using the default pair")
-    from batchspec.demo_pair import demo_pair
-
-    pair = demo_pair(4, torch.float64)  # float64: the exactness claims below are exact
-    target, draft, prompts = pair.target, pair.draft, [p[-12:] for p in pair.prompts]
-target, draft = target.to(DEVICE), draft.to(DEVICE)
+setup = viz.tutorial_setup(torch.float64)  # BATCHSPEC_TUTORIAL_PAIR / _DEVICE; float64: the exactness claims are exact
+target, draft = setup.target, setup.draft
+prompts = [p[-12:] for p in setup.prompts(4)]  # four short prompts of unequal length: ragged from round 1
 K, N = 3, 12
 
 # the outside decoder lives with the tests, which run it on every tiny architecture
@@ -110,6 +96,26 @@ assert structural is None
 # %% [markdown]
 # Caught at the first ragged round, in the target's cache; the structural
 # checks (I1–I5 on each step alone) see nothing.
+#
+# ## What the recorder saw
+#
+# Run it once more with `check="raise"`: the decoder stops at the violating
+# boundary, so its caches are still as the check read them, and `w.caught` is
+# that observation. Each cell below is a slot of the target's cache, labelled
+# with the grid token that lives there: blue when the slot holds the key some
+# forward call wrote for that very token at that content index, black when it
+# does not, outlined at each row's first bad slot. The rows that accepted as
+# few tokens as the batch minimum are fine; the others were shifted by the
+# wrong `δ_i`, and every slot of theirs now holds a neighbour's key.
+
+# %%
+with watch(target=target, draft=draft) as w:  # check="raise"
+    try:
+        outside.decode(target, draft, prompts, K, N, on_boundary=w.boundary, bug="batch_min")
+    except InvariantViolation as caught:
+        print(caught.violation)
+viz.draw_provenance(w.caught, w.ledger, "target", alphabet=setup.alphabet, last=30);
+assert w.caught.step == "align" and w.violations[0].round == first_ragged_round()
 #
 # ## Bug 2: appending the rejected draft
 #

@@ -3,8 +3,9 @@
 * :mod:`batchspec.viz.cells`: what each picture shows, as plain data (no matplotlib);
 * :mod:`batchspec.viz.draw`: the matplotlib pictures (``draw_grid``,
   ``draw_positions``, ``draw_cache``, ``draw_shift``, ``draw_round``,
-  ``draw_violation``), imported on first use so that ``tutorial_setup`` and
-  the cells need no matplotlib;
+  ``draw_violation``; ``draw_provenance`` for what :func:`batchspec.invariants.watch`
+  saw of an outside decoder, :mod:`batchspec.viz.recorded`), imported on first
+  use so that ``tutorial_setup`` and the cells need no matplotlib;
 * :func:`tutorial_setup`: the first cell of every tutorial;
 * :mod:`batchspec.viz.html`: the step-through viewer, a trace as one
   self-contained HTML page (``write_html``; ``batchspec trace --html``).
@@ -15,7 +16,7 @@ from __future__ import annotations
 from .setup import TutorialSetup, tutorial_setup
 
 _DRAWINGS = ("draw_cells", "draw_grid", "draw_positions", "draw_cache", "draw_shift", "draw_round",
-             "draw_violation")
+             "draw_violation", "draw_provenance")
 
 __all__ = ["TutorialSetup", "tutorial_setup", *_DRAWINGS]
 

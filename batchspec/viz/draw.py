@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
 from . import cells as c
+from .recorded import provenance_cells
 
 #: kind -> (face colour, text colour, hatch); Okabe–Ito colours
 STYLE = {
@@ -207,3 +208,12 @@ def draw_violation(trace, violation: dict | None = None, last: int = 24):
     fig.text(0.01, 0.05 / height, c.caption(violation), fontsize=8, va="bottom", family="DejaVu Sans Mono")
     fig.tight_layout(rect=(0, 0.6 / height, 1, 1))
     return fig
+
+
+def draw_provenance(obs, ledger, model: str = "target", alphabet=None, last: int | None = 28):
+    """What the recorder's I6 saw of one model's cache at ``obs`` (``w.caught`` of
+    :func:`batchspec.invariants.watch`): :func:`~batchspec.viz.recorded.provenance_cells`."""
+    cells = provenance_cells(obs, ledger, model)
+    fig, (ax,) = _figure(cells.shape[0], min(cells.shape[1], (last or 999) + 1))
+    draw_cells(cells, ax, alphabet, last)
+    return _done(fig)
