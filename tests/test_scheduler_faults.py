@@ -263,9 +263,10 @@ def run_machine(examples: int, steps: int, **options) -> None:
 
 
 def test_fault_machine():
-    """CI variant: about 15 s on one core, about 100 faults injected."""
+    """CI variant: about 15 s on one core, about 100 faults injected; derandomized,
+    so that the count below is the same on every run (a random draw once gave 25)."""
     COUNTS.clear()
-    run_machine(60, 20)
+    run_machine(60, 20, derandomize=True)
     assert COUNTS["faults injected"] >= 30 and COUNTS["examples"] >= 60
 
 
