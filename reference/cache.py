@@ -266,9 +266,9 @@ def shift(cache: StackedCache, rows: torch.Tensor, delta: torch.Tensor, pad: tor
     per row that moves or changes index, all layers at once, and none for a
     row that stays put (``δ_b = 0``, ``rows[b] = b``), which is only cropped.
     Rows are taken in increasing order, so a row's source is never a row
-    already overwritten. Nothing is allocated beyond the moving row's
-    content when it moves within its own row (the copy's source and target
-    overlap). Padding slots keep what the storage held there, finite and
+    already overwritten. A row that moves within itself (source and target
+    overlap) goes through the store's reusable one-row scratch; nothing else
+    is allocated. Padding slots keep what the storage held there, finite and
     masked: I3 checks at every boundary that they are finite.
     """
     store = cache.store

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
-from ..invariants._util import compact_mask
 from ..invariants.observation import BOUNDARY_STEPS, CacheView, Observation
 from . import cache as kv
 from .eqspec import Event
+from .state import attention_mask
 
 
 def observation(event: Event) -> Observation:
@@ -24,7 +22,7 @@ def observation(event: Event) -> Observation:
         round=state.round,
         step=event.step,
         tokens=state.tokens,
-        mask=compact_mask(pad, state.width, state.tokens.device, torch.long).clone(),  # attention_mask(pad, L)
+        mask=attention_mask(state.pad, state.width),
         pad=pad,
         length=state.length.tolist(),
         caches=caches,

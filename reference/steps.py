@@ -136,10 +136,15 @@ def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None
     when nothing moves (every ``δ_i = 0``, no row left) they are only cropped.
     """
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
-    state.tokens = extended[plan.rows[:, None], plan.slots] if plan.moves else extended[:, : plan.width]  # [B', L']
-    for cache in (state.target_cache, state.draft_cache):
-        if cache is not None:
+    caches = [c for c in (state.target_cache, state.draft_cache) if c is not None]
+    if plan.moves:
+        state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
+        for cache in caches:
             kv.shift(cache, plan.rows, plan.delta, plan.pad, plan.width - 1)
+    else:  # every row stays put: no host transfer of the plan, no per-row loop
+        state.tokens = extended[:, : plan.width]
+        for cache in caches:
+            kv.crop_to(cache, plan.width - 1)
     if plan.dropped:
         state.requests = [state.requests[i] for i in plan.rows.tolist()]
         state.prompt_length = state.prompt_length[plan.rows]
