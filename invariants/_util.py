@@ -53,3 +53,25 @@ def compact_mask(pad: list[int], width: int, device, dtype=torch.bool) -> torch.
         slots = torch.arange(width + 16, device=device)
         mask = _MASKS[key] = (slots[None, :] >= torch.tensor(pad, device=device)[:, None]).to(dtype)
     return mask[:, :width]
+
+
+_EXTENDED: dict = {}  # (grid mask, its version, need, device, dtype) -> the widest extension built
+
+
+def extended_mask(mask: torch.Tensor, need: int, width: int, device, dtype) -> torch.Tensor:
+    """``[B, width]``: the grid ``mask``'s first ``need`` slots, then ones: the
+    mask a call over ``need`` committed slots and ``width - need`` newer ones
+    must pass (Spec §3.4), in the call's ``dtype`` on its ``device``.
+
+    Kept while the grid mask is the same tensor, unchanged (its version
+    counter): a decoder that holds one mask per round builds this once per
+    round, wider than asked, then slices it. Shared: read it, never write into it.
+    """
+    key = (id(mask), mask._version, need, device, dtype)
+    held = _EXTENDED.get(key)
+    if held is None or held[0] is not mask or held[1].shape[1] < width:
+        if len(_EXTENDED) >= 8:
+            _EXTENDED.clear()
+        ones = torch.ones((mask.shape[0], width - need + 16), dtype=dtype, device=device)
+        held = _EXTENDED[key] = (mask, torch.cat((on(mask[:, :need], device).to(dtype), ones), 1))
+    return held[1][:, :width]

@@ -54,6 +54,8 @@ def finite(tensors) -> bool:
     is finite (a NaN or an infinity propagates into its sum). A False is only
     a hint, checked entry by entry: a sum of finite entries may overflow."""
     sums = [t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32) for t in tensors]
+    if len(sums) == 1:  # one stacked tensor: one sum, one answer
+        return bool(sums[0].isfinite())
     if len({(s.dtype, s.device) for s in sums}) > 1:  # mixed dtypes, or layers spread over devices
         sums = [s.double().to(sums[0].device) for s in sums]
     return not sums or bool(torch.stack(sums).isfinite().all())

@@ -36,12 +36,14 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     layer's depends on everything the token attended to. The projection is
     computed in at least float32 (the direction's dtype promotes the keys'),
     so summation order cannot move it by more than :data:`TOLERANCE` allows.
-    One product and one sum per layer, on the keys' own device.
+    One product and two sums per layer (over ``head_dim``, then the heads: the
+    same order for one slot and for a whole cache, so a slot that was only
+    copied gets the very same bits), on the keys' own device.
     """
     parts = []
     for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:
         part = keys[:, :, start:stop]  # [B, H, n, D]
-        print_ = (part * direction(part)).sum((1, 3))  # [B, n], on the layer's device
+        print_ = (part * direction(part)).sum(3).sum(1)  # [B, n], on the layer's device
         parts.append(on(print_, parts[0].device) if parts else print_)
     if len(parts) == 1:  # a one-layer model: its first layer is its last
         parts.append(parts[0])
@@ -80,7 +82,7 @@ class _Table:
     The token id is stored as a float beside the fingerprints so that one
     gather reads both (exact: ids are far below 2**24). Two columns past
     every index written so far are reserved: masked inputs are written into
-    the last (so no boolean indexing is needed), and reads beyond the
+    the last (index ``-1``, so no boolean indexing is needed), and reads beyond the
     written range land in the one before it, which stays unwritten.
     """
 
@@ -147,8 +149,7 @@ class Ledger:
             table = self.tables[call.model] = _Table(keys.device, direction(keys).dtype)
         rows = table.index(requests)  # [B, 1]
         table.grow(len(table.rows), t + n)  # content indices are < t + n
-        spare = table.entries.shape[1] - 1  # masked inputs are written there
-        index = torch.where(mask[:, t:] != 0, mask.cumsum(1)[:, t:] - 1, spare)  # [B, n]
+        _fed, index = call.content_positions()  # [B, n]; -1, the spare last column, at masked inputs
         table.entries[rows, index] = fingerprints(view, t, t + n, call.input_ids)  # [B, n, 3]
 
     def snapshot(self):

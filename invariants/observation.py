@@ -59,6 +59,20 @@ class ForwardCall:
     cache_length: int  # T, before the call
     logits: torch.Tensor | None = None  # [B, n or kept, V]
 
+    def content_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(fed, index)``, each ``[B, n]``: which inputs the mask attends, and at
+        those ``cumsum(attention_mask) - 1``, the content index (and so the
+        position id) each must have (Spec §3.2); ``-1`` at masked inputs.
+        Computed on first use and kept: I2 and the ledger's fingerprints both
+        read it (again after the mask is replaced or changed in place)."""
+        memo = self.__dict__.get("_content_positions")
+        mask, t = self.attention_mask, self.cache_length
+        if memo is None or memo[0] is not mask or memo[1] != (t, mask._version):
+            fed = mask[:, t:] != 0
+            index = torch.where(fed, mask.cumsum(1)[:, t:] - 1, -1)
+            memo = self.__dict__["_content_positions"] = (mask, (t, mask._version), fed, index)
+        return memo[2], memo[3]
+
 
 @dataclass
 class CacheView:

@@ -27,8 +27,7 @@ def position_continuity(obs: Observation) -> list[Violation]:
             out.append(report(None, t + n, call.attention_mask.shape[1],
                               "attention mask does not cover the cached slots and the inputs", call.model))
             continue
-        fed = call.attention_mask[:, t:] != 0  # [B, n] attended inputs
-        expected = call.attention_mask.cumsum(1)[:, t:] - 1  # [B, n] cumsum(mask) - 1
+        fed, expected = call.content_positions()  # [B, n]: attended inputs, cumsum(mask) - 1
         if not torch.equal(torch.where(fed, expected, call.position_ids), call.position_ids):
             out.extend(_misplaced(call, fed, expected, report))  # computed only for a violation
         if obs.step != "prefill" and n:

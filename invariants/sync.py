@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import on, reporter
+from ._util import extended_mask, on, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -59,8 +59,8 @@ def _in_step(obs, call, expected) -> bool:
     """The whole of :func:`draft_target_sync` for one call, as one answer: a few
     whole-tensor comparisons (the common case, where nothing is wrong)."""
     need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
-    if _covers(obs, call) and not (torch.equal(mask[:, :need], on(obs.mask[:, :need], mask.device))
-                                   and bool(mask[:, need:].all())):
+    if _covers(obs, call) and not (mask.shape[0] == obs.mask.shape[0] and torch.equal(
+            mask, extended_mask(obs.mask, need, mask.shape[1], mask.device, mask.dtype))):
         return False
     if expected is None or not torch.equal(call.input_ids[:, 0], expected[0]):
         return False

@@ -13,7 +13,7 @@ def observation(event: Event) -> Observation:
     if event.observe is not None:  # a decoder with its own layout records what it really holds
         return event.observe()
     state = event.state
-    pad = state.pad.tolist()
+    mask, pad, length = grid(state)
     whole = event.step in BOUNDARY_STEPS  # where I3 reads every slot
     caches = {"target": view(state.target_cache, whole)}
     if state.draft_cache is not None:
@@ -22,9 +22,9 @@ def observation(event: Event) -> Observation:
         round=state.round,
         step=event.step,
         tokens=state.tokens,
-        mask=attention_mask(state.pad, state.width),
+        mask=mask,
         pad=pad,
-        length=state.length.tolist(),
+        length=length,
         caches=caches,
         calls=list(event.calls),
         requests=list(state.requests),
@@ -32,6 +32,22 @@ def observation(event: Event) -> Observation:
         committed=event.committed,
         sampled=event.sampled,
     )
+
+
+_GRID: list = [None]  # the last grid built: ((pad, its version, length, its version, L), grid)
+
+
+def grid(state) -> tuple:
+    """``(mask [B, L], p_i list, c_i list)`` of ``state`` (Spec §2.2). Between two
+    boundaries a state keeps the same ``pad`` and ``length`` tensors and the same
+    ``L``, so the grid is rebuilt only when one of them is replaced, changed in
+    place (its version counter moves) or ``L`` changes: once per round."""
+    key = (state.pad, state.pad._version, state.length, state.length._version, state.width)
+    last = _GRID[0]
+    if last is None or last[0][0] is not key[0] or last[0][2] is not key[2] or last[0][1::2] != key[1::2]:
+        last = _GRID[0] = (key, (attention_mask(state.pad, state.width), state.pad.tolist(), state.length.tolist()))
+    mask, pad, length = last[1]
+    return mask, list(pad), list(length)  # the lists are the observation's own
 
 
 def view(cache, whole: bool) -> CacheView:
