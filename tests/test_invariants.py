@@ -179,3 +179,41 @@ def test_check_raises_with_fields(run):
     err = info.value
     assert (err.invariant, err.round, err.step, err.row) == ("I1", o.round, "align", 0)
     assert "I1 rectangular_alignment" in str(err) and "row 0" in str(err)
+
+
+# ---- what the checker keeps between steps never hides a change ------------------------------
+
+def test_i4_sees_a_grid_mask_changed_in_place_after_it_was_checked(run):
+    o = mutable(first(run[2], "draft", round=2))
+    assert draft_target_sync(o) == []  # the expected call mask is now kept for this grid mask
+    o.mask[0, o.pad[0]] = 0  # the grid drops a committed slot the call still attends
+    assert [(v.invariant, v.row) for v in draft_target_sync(o)] == [("I4", 0)]
+
+
+def test_a_calls_content_index_follows_its_mask():
+    from batchspec.invariants import ForwardCall
+
+    mask = torch.tensor([[0, 1, 1, 1]])
+    call = ForwardCall("target", torch.tensor([[5, 6]]), mask, torch.tensor([[1, 2]]), 2)
+    assert call.content_positions()[1].tolist() == [[1, 2]]
+    mask[0, 2] = 0  # in place: the first input is masked now
+    assert call.content_positions()[1].tolist() == [[-1, 1]]
+    call.attention_mask = torch.tensor([[1, 1, 1, 1]])  # replaced
+    assert call.content_positions()[1].tolist() == [[2, 3]]
+
+
+def test_the_observed_grid_follows_the_state():
+    from types import SimpleNamespace
+
+    from batchspec.reference.observe import grid
+
+    state = SimpleNamespace(pad=torch.tensor([0, 2]), length=torch.tensor([4, 2]), width=4)
+    mask, pad, length = grid(state)
+    assert grid(state)[0] is mask and (pad, length) == ([0, 2], [4, 2])  # kept within a round
+    state.pad[1] = 1  # in place
+    state.length[1] = 3
+    mask, pad, length = grid(state)
+    assert mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]] and (pad, length) == ([0, 1], [4, 3])
+    state.width = 5
+    state.pad = torch.tensor([1, 2])
+    assert grid(state)[0].tolist() == [[0, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
