@@ -20,8 +20,12 @@ within a step: the observation's grid mask and p_i / c_i are built once per
 round (not per step), I2 and the ledger share each call's content index,
 I4 compares a call's mask with one precomputed expected mask, a copied
 slot's fingerprint is compared exactly first (the tolerance only when that
-fails), from 47 to 35 tensor operations per step. Near idle, --repeat 5,
-three runs: structural 8.4-8.6%, default 13.4-13.9%, semantic about 2,800%.
+fails), from 47 to 36 tensor operations per step. A review then made the
+memos safe under torch.inference_mode (no version counter there) and the
+expected call mask checked by value rather than by version counter. Near
+idle, nine runs of --repeat 5 or 9: structural 8.4-9.3%, default
+13.7-14.9% (every run under the 15% goal, by a thin margin), semantic about
+2,800-2,900%.
 
     python benchmarks/check_overhead.py [--pair default|tiny-llama] [--batch 8] [--repeat 3]
 """

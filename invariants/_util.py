@@ -55,23 +55,27 @@ def compact_mask(pad: list[int], width: int, device, dtype=torch.bool) -> torch.
     return mask[:, :width]
 
 
-_EXTENDED: dict = {}  # (grid mask, its version, need, device, dtype) -> the widest extension built
+_EXTENDED: list = [None]  # (a copy of the grid mask, need, device, dtype, the widest extension built)
 
 
-def extended_mask(mask: torch.Tensor, need: int, width: int, device, dtype) -> torch.Tensor:
-    """``[B, width]``: the grid ``mask``'s first ``need`` slots, then ones: the
-    mask a call over ``need`` committed slots and ``width - need`` newer ones
-    must pass (Spec §3.4), in the call's ``dtype`` on its ``device``.
+def extended_mask(grid: torch.Tensor, need: int, width: int, device, dtype) -> torch.Tensor:
+    """``[B, width]``: the grid mask's first ``need`` slots, then ones: the mask a
+    call over ``need`` committed slots and ``width - need`` newer ones must pass
+    (Spec §3.4), on the call's ``device``, in the wider of the grid's and the
+    call's ``dtype`` (nothing is rounded).
 
-    Kept while the grid mask is the same tensor, unchanged (its version
-    counter): a decoder that holds one mask per round builds this once per
-    round, wider than asked, then slices it. Shared: read it, never write into it.
+    Kept while the grid mask holds the same values as the copy taken when it
+    was built (one comparison, whatever wrote into the grid in between): a
+    decoder that holds one mask per round builds this once per round, wider
+    than asked, then slices it. Shared: read it, never write into it.
     """
-    key = (id(mask), mask._version, need, device, dtype)
-    held = _EXTENDED.get(key)
-    if held is None or held[0] is not mask or held[1].shape[1] < width:
-        if len(_EXTENDED) >= 8:
-            _EXTENDED.clear()
-        ones = torch.ones((mask.shape[0], width - need + 16), dtype=dtype, device=device)
-        held = _EXTENDED[key] = (mask, torch.cat((on(mask[:, :need], device).to(dtype), ones), 1))
-    return held[1][:, :width]
+    if grid.shape[1] < need:
+        raise ValueError(f"the grid mask has {grid.shape[1]} slots, fewer than the {need} committed ones")
+    dtype = torch.promote_types(grid.dtype, dtype)
+    held = _EXTENDED[0]
+    if (held is None or held[1:4] != (need, device, dtype) or held[4].shape[1] < width
+            or held[0].shape != grid.shape or held[0].device != grid.device or not torch.equal(held[0], grid)):
+        ones = torch.ones((grid.shape[0], width - need + 16), dtype=dtype, device=device)
+        held = _EXTENDED[0] = (grid.clone(), need, device, dtype,
+                               torch.cat((on(grid[:, :need], device).to(dtype), ones), 1))
+    return held[4] if held[4].shape[1] == width else held[4][:, :width]

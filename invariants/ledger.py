@@ -36,9 +36,11 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     layer's depends on everything the token attended to. The projection is
     computed in at least float32 (the direction's dtype promotes the keys'),
     so summation order cannot move it by more than :data:`TOLERANCE` allows.
-    One product and two sums per layer (over ``head_dim``, then the heads: the
-    same order for one slot and for a whole cache, so a slot that was only
-    copied gets the very same bits), on the keys' own device.
+    One product and two sums per layer (over ``head_dim``, then the heads), on
+    the keys' own device. A slot that was only copied usually gets the very
+    same bits whether it is fingerprinted alone or with the whole cache, but
+    not always: how a reduction is vectorised can depend on the shape, which
+    is what :data:`TOLERANCE` is for.
     """
     parts = []
     for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:

@@ -64,13 +64,16 @@ class ForwardCall:
         those ``cumsum(attention_mask) - 1``, the content index (and so the
         position id) each must have (Spec §3.2); ``-1`` at masked inputs.
         Computed on first use and kept: I2 and the ledger's fingerprints both
-        read it (again after the mask is replaced or changed in place)."""
+        read it (again after the mask is replaced or changed in place, and
+        every time for a mask made under ``torch.inference_mode``, which keeps
+        no version counter)."""
         memo = self.__dict__.get("_content_positions")
         mask, t = self.attention_mask, self.cache_length
-        if memo is None or memo[0] is not mask or memo[1] != (t, mask._version):
+        version = None if mask.is_inference() else mask._version  # inference tensors keep no count
+        if memo is None or memo[0] is not mask or memo[1] != (t, version) or version is None:
             fed = mask[:, t:] != 0
             index = torch.where(fed, mask.cumsum(1)[:, t:] - 1, -1)
-            memo = self.__dict__["_content_positions"] = (mask, (t, mask._version), fed, index)
+            memo = self.__dict__["_content_positions"] = (mask, (t, version), fed, index)
         return memo[2], memo[3]
 
 

@@ -50,7 +50,8 @@ def _discontinued(obs, call, report) -> list[Violation]:
     """Rows whose first input is not at ``c_i - 1`` plus the speculative slots cached."""
     speculative = call.cache_length - (obs.width - 1)
     b = min(obs.tokens.shape[0], call.position_ids.shape[0])
-    first = call.position_ids[:b, 0].tolist()  # [b]: one small transfer
+    ids = call.position_ids if call.position_ids.shape[0] == b else call.position_ids[:b]
+    first = ids[:, 0].tolist()  # [b]: one small transfer
     out = []
     for i, (c, got) in enumerate(zip(obs.length[:b], first)):
         if got != c - 1 + speculative:

@@ -57,12 +57,13 @@ def _same(now: torch.Tensor, then: torch.Tensor) -> bool:
     """Fingerprints within :data:`TOLERANCE` (relative, NaN never within), token ids exactly.
 
     A slot that was only copied holds the very bits it was written with, and
-    its fingerprint is the same product over the same numbers, so the common
-    case is one exact comparison; the tolerance is read only when it fails."""
+    its fingerprint is mostly bit for bit the one recorded, so the common case
+    is one exact comparison; the tolerance is read only when that fails."""
     if torch.equal(now, then):  # NaN is never equal: a NaN goes on to the tolerance, and fails it
         return True
     tol = TOLERANCE.get(then.dtype, 1e-4)
     error = (now[..., :2] - then[..., :2]).abs_().div_(then[..., :2].abs().add_(1))  # relative
+    error = torch.where(now[..., :2] == then[..., :2], 0, error)  # equal infinities are within it
     return torch.equal(now[..., 2], then[..., 2]) and bool(error.max() <= tol)  # a NaN makes max NaN
 
 

@@ -59,7 +59,7 @@ def _in_step(obs, call, expected) -> bool:
     """The whole of :func:`draft_target_sync` for one call, as one answer: a few
     whole-tensor comparisons (the common case, where nothing is wrong)."""
     need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
-    if _covers(obs, call) and not (mask.shape[0] == obs.mask.shape[0] and torch.equal(
+    if _covers(obs, call) and not (mask.shape[0] == obs.mask.shape[0] and obs.mask.shape[1] >= need and torch.equal(
             mask, extended_mask(obs.mask, need, mask.shape[1], mask.device, mask.dtype))):
         return False
     if expected is None or not torch.equal(call.input_ids[:, 0], expected[0]):
@@ -72,7 +72,10 @@ def _explain(obs, call, expected, report) -> list[Violation]:
     """Every row where ``call`` breaks :func:`draft_target_sync`."""
     out: list[Violation] = []
     need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
-    if _covers(obs, call):  # else I2 reports it
+    if _covers(obs, call) and obs.mask.shape[1] < need:
+        out.append(report(None, f"a grid mask over the {need} committed slots", obs.mask.shape[1],
+                          "the grid mask does not cover the committed slots the call attends", call.model))
+    elif _covers(obs, call):  # else I2 reports it
         grid = on(obs.mask[:, :need], mask.device)
         committed_ok = (mask[:, :need] == grid).all(1) & (mask[:, need:] != 0).all(1)  # [B]
         for i in (~committed_ok).nonzero().flatten().tolist():

@@ -34,20 +34,26 @@ def observation(event: Event) -> Observation:
     )
 
 
-_GRID: list = [None]  # the last grid built: ((pad, its version, length, its version, L), grid)
+_GRID: list = [None]  # the last grid built: ((pad, length, (their versions, L)), grid)
 
 
 def grid(state) -> tuple:
     """``(mask [B, L], p_i list, c_i list)`` of ``state`` (Spec §2.2). Between two
     boundaries a state keeps the same ``pad`` and ``length`` tensors and the same
     ``L``, so the grid is rebuilt only when one of them is replaced, changed in
-    place (its version counter moves) or ``L`` changes: once per round."""
-    key = (state.pad, state.pad._version, state.length, state.length._version, state.width)
+    place (its version counter moves) or ``L`` changes: once per round. Tensors
+    made under ``torch.inference_mode`` keep no version counter: their grid is
+    rebuilt at every step. The observations of one round share the mask: read
+    it, never write into it."""
+    pad, length = state.pad, state.length
+    if pad.is_inference() or length.is_inference():
+        return attention_mask(pad, state.width), pad.tolist(), length.tolist()
+    key = (pad, length, (pad._version, length._version, state.width))
     last = _GRID[0]
-    if last is None or last[0][0] is not key[0] or last[0][2] is not key[2] or last[0][1::2] != key[1::2]:
-        last = _GRID[0] = (key, (attention_mask(state.pad, state.width), state.pad.tolist(), state.length.tolist()))
-    mask, pad, length = last[1]
-    return mask, list(pad), list(length)  # the lists are the observation's own
+    if last is None or last[0][0] is not pad or last[0][1] is not length or last[0][2] != key[2]:
+        last = _GRID[0] = (key, (attention_mask(pad, state.width), pad.tolist(), length.tolist()))
+    mask, pads, lengths = last[1]
+    return mask, list(pads), list(lengths)  # the lists are the observation's own
 
 
 def view(cache, whole: bool) -> CacheView:

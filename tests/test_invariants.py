@@ -214,6 +214,41 @@ def test_the_observed_grid_follows_the_state():
     state.length[1] = 3
     mask, pad, length = grid(state)
     assert mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]] and (pad, length) == ([0, 1], [4, 3])
-    state.width = 5
+    state.width = 5  # L alone changes
+    assert grid(state)[0].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]]
     state.pad = torch.tensor([1, 2])
     assert grid(state)[0].tolist() == [[0, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
+    with torch.inference_mode():  # no version counter: rebuilt at every step
+        state.pad, state.length = torch.tensor([0, 1]), torch.tensor([5, 4])
+        assert grid(state)[1] == [0, 1]
+        state.pad[1] = 2
+        assert grid(state)[1] == [0, 2]
+
+
+def test_i4_sees_a_grid_mask_written_behind_the_version_counter(run):
+    o = mutable(first(run[2], "draft", round=2))
+    assert draft_target_sync(o) == []
+    o.mask.numpy()[0, o.pad[0]] = 0  # numpy writes do not move the tensor's version counter
+    assert [(v.invariant, v.row) for v in draft_target_sync(o)] == [("I4", 0)]
+
+
+def test_i4_compares_masks_of_other_dtypes_without_rounding(run):
+    o = mutable(first(run[2], "draft", round=2))
+    o.mask = o.mask.double()
+    assert draft_target_sync(o) == []  # a float grid of zeros and ones, long call masks: the same
+    o.mask[0, o.pad[0]] = 0.5  # a long call mask cannot hold 0.5: cast to long it would be 0 and pass
+    assert [(v.invariant, v.row) for v in draft_target_sync(o)] == [("I4", 0)]
+    o.mask = o.mask[:, :-2].round()  # narrower than the L - 1 committed slots the calls attend
+    assert any(v.invariant == "I4" and v.row is None for v in draft_target_sync(o))
+
+
+def test_checks_run_under_inference_mode(pairs):
+    target, draft = pairs("llama", "perturbed")
+    prompts = random_prompts(seed=3, count=3, low=2, high=9)
+    import batchspec
+
+    plain = batchspec.generate(target, draft, prompts, num_draft_tokens=3, max_new_tokens=6, check_invariants=True)
+    with torch.inference_mode():
+        inside = batchspec.generate(target, draft, prompts, num_draft_tokens=3, max_new_tokens=6,
+                                    check_invariants=True)
+    assert inside.sequences == plain.sequences and inside.stats.check_seconds > 0

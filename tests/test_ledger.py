@@ -141,3 +141,22 @@ def test_the_ledger_keeps_its_tensors_on_the_cache_device():
     assert direction(keys).device.type == "meta"
     with pytest.raises(RuntimeError, match="device"):  # negative control: what a CPU-made direction would do
         keys * direction(torch.zeros(b, heads, 1, dim))
+
+
+def test_fingerprints_compare_exactly_first_then_within_the_tolerance():
+    from batchspec.invariants.provenance import _same
+
+    then = torch.tensor([[[0.5, -2.0, 7.0], [float("inf"), 1.0, 8.0]]])
+    assert _same(then.clone(), then)  # the exact path
+    close = then.clone()
+    close[0, 0, 0] += 1e-6  # a reduction order apart: within float32's 1e-4
+    assert _same(close, then)  # the equal infinity next to it does not make it fail
+    far = then.clone()
+    far[0, 0, 1] += 1e-2
+    assert not _same(far, then)
+    nan = then.clone()
+    nan[0, 0, 0] = float("nan")
+    assert not _same(nan, then) and not _same(then, nan)
+    token = then.clone()
+    token[0, 1, 2] = 9.0  # another token id: never within any tolerance
+    assert not _same(token, then)
