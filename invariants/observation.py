@@ -61,7 +61,8 @@ class ForwardCall:
 
     def content_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(fed, index)``, each ``[B, n]``: which inputs the mask attends, and at
-        those ``cumsum(attention_mask) - 1``, the content index (and so the
+        those ``cumsum(attention_mask != 0) - 1`` (int64, whatever the mask's
+        dtype), the content index (and so the
         position id) each must have (Spec §3.2); ``-1`` at masked inputs.
         Computed on first use and kept: I2 and the ledger's fingerprints both
         read it (again after the mask is replaced or changed in place, and
@@ -71,8 +72,9 @@ class ForwardCall:
         mask, t = self.attention_mask, self.cache_length
         version = None if mask.is_inference() else mask._version  # inference tensors keep no count
         if memo is None or memo[0] is not mask or memo[1] != (t, version) or version is None:
-            fed = mask[:, t:] != 0
-            index = torch.where(fed, mask.cumsum(1)[:, t:] - 1, -1)
+            attended = mask != 0  # [B, T + n]: any dtype, any nonzero value attends
+            fed = attended[:, t:]
+            index = torch.where(fed, attended.cumsum(1)[:, t:] - 1, -1)
             memo = self.__dict__["_content_positions"] = (mask, (t, version), fed, index)
         return memo[2], memo[3]
 

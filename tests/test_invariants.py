@@ -252,3 +252,17 @@ def test_checks_run_under_inference_mode(pairs):
         inside = batchspec.generate(target, draft, prompts, num_draft_tokens=3, max_new_tokens=6,
                                     check_invariants=True)
     assert inside.sequences == plain.sequences and inside.stats.check_seconds > 0
+
+
+def test_masks_of_any_dtype_are_read_alike(run):
+    """Bool or float masks (what some decoders pass) check as the int64 ones do."""
+    from batchspec.invariants import Ledger
+
+    for dtype in (torch.bool, torch.float32):
+        ledger = Ledger()
+        for o in run[2]:
+            o = mutable(o)
+            o.mask = o.mask.to(dtype)
+            for call in o.calls:
+                call.attention_mask = call.attention_mask.to(dtype)
+            assert violations(o, ledger=ledger) == [], (dtype, o.step, o.round)
