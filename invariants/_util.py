@@ -61,7 +61,7 @@ _EXTENDED: list = [None]  # (a copy of the grid mask, need, device, dtype, the w
 def extended_mask(grid: torch.Tensor, need: int, width: int, device, dtype) -> torch.Tensor:
     """``[B, width]``: the grid mask's first ``need`` slots, then ones: the mask a
     call over ``need`` committed slots and ``width - need`` newer ones must pass
-    (Spec §3.4), on the call's ``device``, in the wider of the grid's and the
+    (Spec §3.4; ``grid`` has at least ``need`` slots), on the call's ``device``, in the wider of the grid's and the
     call's ``dtype`` (nothing is rounded).
 
     Kept while the grid mask holds the same values as the copy taken when it
@@ -69,8 +69,6 @@ def extended_mask(grid: torch.Tensor, need: int, width: int, device, dtype) -> t
     decoder that holds one mask per round builds this once per round, wider
     than asked, then slices it. Shared: read it, never write into it.
     """
-    if grid.shape[1] < need:
-        raise ValueError(f"the grid mask has {grid.shape[1]} slots, fewer than the {need} committed ones")
     dtype = torch.promote_types(grid.dtype, dtype)
     held = _EXTENDED[0]
     if (held is None or held[1:4] != (need, device, dtype) or held[4].shape[1] < width

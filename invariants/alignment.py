@@ -51,4 +51,3 @@ def same(mask, expected) -> bool:
     if expected.shape[1] != mask.shape[1]:
         expected = expected[:, : mask.shape[1]]
     return torch.equal(mask, on(expected, mask.device))
-

@@ -62,8 +62,8 @@ class ForwardCall:
     def content_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(fed, index)``, each ``[B, n]``: which inputs the mask attends, and at
         those ``cumsum(attention_mask != 0) - 1`` (int64, whatever the mask's
-        dtype), the content index (and so the
-        position id) each must have (Spec §3.2); ``-1`` at masked inputs.
+        dtype), the content index (and so the position id) each must have
+        (Spec §3.2); ``-1`` at masked inputs.
         Computed on first use and kept: I2 and the ledger's fingerprints both
         read it (again after the mask is replaced or changed in place, and
         every time for a mask made under ``torch.inference_mode``, which keeps

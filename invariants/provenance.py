@@ -43,32 +43,25 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
             continue  # nothing written yet, or a shape I3 reports
         held, index, tokens = grid if span == need else (t[:, :span] for t in grid)  # [B, span]
-        rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
-        table.grow(len(table.rows), span)  # then every index < span is a column (-1: the spare one)
-        then = table.entries[rows, on(index, rows.device)]  # [B, span, 3] as written: 2 fingerprints, the token
-        now = fingerprints(view, 0, span, tokens)  # [B, span, 3] as held now
-        held = on(held, then.device)  # the grid may live on another device than the cache
-        if not _same(torch.where(held[..., None], now, then), then):  # explained only for a violation
-            out.extend(_violations(report, model, held, now, then))
+        held, now, then = _read(table, requests, view, held, index, tokens)
+        if not torch.equal(torch.where(held[..., None], now, then), then):  # exact: the common case
+            out.extend(_violations(report, model, held, now, then))  # [] when within the tolerance
     return out
 
 
-def _same(now: torch.Tensor, then: torch.Tensor) -> bool:
-    """Fingerprints within :data:`TOLERANCE` (relative, NaN never within), token ids exactly.
-
-    A slot that was only copied holds the very bits it was written with, and
-    its fingerprint is mostly bit for bit the one recorded, so the common case
-    is one exact comparison; the tolerance is read only when that fails."""
-    if torch.equal(now, then):  # NaN is never equal: a NaN goes on to the tolerance, and fails it
-        return True
-    tol = TOLERANCE.get(then.dtype, 1e-4)
-    error = (now[..., :2] - then[..., :2]).abs_().div_(then[..., :2].abs().add_(1))  # relative
-    error = torch.where(now[..., :2] == then[..., :2], 0, error)  # equal infinities are within it
-    return torch.equal(now[..., 2], then[..., 2]) and bool(error.max() <= tol)  # a NaN makes max NaN
+def _read(table, requests, view, held, index, tokens) -> tuple:
+    """``(held, now, then)`` over the first ``span = index.shape[1]`` slots: the live
+    slots (on the table's device), their fingerprints and tokens as the cache
+    holds them now, and as they were written at their content index."""
+    rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
+    table.grow(len(table.rows), index.shape[1])  # then every index < span is a column (-1: the spare one)
+    then = table.entries[rows, on(index, rows.device)]  # [B, span, 3]: 2 fingerprints, the token
+    now = fingerprints(view, 0, index.shape[1], tokens)  # [B, span, 3]
+    return on(held, then.device), now, then  # the grid may live on another device than the cache
 
 
 def _violations(report, model, live, now, then) -> list[Violation]:
-    """One violation per row with a live slot that fails :func:`_same`, at its first."""
+    """One violation per row with a :func:`_stale` slot, at its first."""
     bad = _stale(live, now, then)
     out = []
     for i in bad.any(1).nonzero().flatten().tolist():
@@ -79,10 +72,14 @@ def _violations(report, model, live, now, then) -> list[Violation]:
 
 
 def _stale(live, now, then) -> torch.Tensor:
-    """``[B, span]``: live slots whose fingerprints or token differ from what was written."""
+    """``[B, span]``: live slots whose fingerprints are not within :data:`TOLERANCE`
+    (relative; NaN never is, equal values always are) of what was written, or
+    whose token differs. A slot that was only copied usually holds its
+    fingerprint bit for bit, which :func:`cache_provenance` tries first."""
     tol = TOLERANCE.get(then.dtype, 1e-4)
-    close = ((now[..., :2] - then[..., :2]).abs() <= tol * (1 + then[..., :2].abs())).all(-1)  # [B, span]
-    return live & ~(close & (now[..., 2] == then[..., 2]))  # NaN is never close
+    now_, then_ = now[..., :2], then[..., :2]
+    close = ((now_ == then_) | ((now_ - then_).abs() <= tol * (1 + then_.abs()))).all(-1)  # [B, span]
+    return live & ~(close & (now[..., 2] == then[..., 2]))
 
 
 def stale_slots(obs: Observation, ledger: Ledger, model: str) -> torch.Tensor | None:
@@ -95,10 +92,7 @@ def stale_slots(obs: Observation, ledger: Ledger, model: str) -> torch.Tensor | 
     if table is None or span == 0:
         return None
     live = obs.mask[:, :span] != 0
-    rows = table.index(ledger.requests(obs))
-    table.grow(len(table.rows), span)
-    then = table.entries[rows, on(live.cumsum(1) - 1, rows.device)]
-    return _stale(on(live, then.device), fingerprints(view, 0, span, obs.tokens[:, :span]), then)
+    return _stale(*_read(table, ledger.requests(obs), view, live, live.cumsum(1) - 1, obs.tokens[:, :span]))
 
 
 def _explain(report, model, row, slot, j, now, then) -> Violation:

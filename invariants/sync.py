@@ -72,10 +72,10 @@ def _explain(obs, call, expected, report) -> list[Violation]:
     """Every row where ``call`` breaks :func:`draft_target_sync`."""
     out: list[Violation] = []
     need, mask, drafts = obs.width - 1, call.attention_mask, _on(obs.draft_tokens, call)
-    if _covers(obs, call) and obs.mask.shape[1] < need:
+    if _covers(obs, call) and obs.mask.shape[1] < need:  # (a call that does not cover: I2 reports it)
         out.append(report(None, f"a grid mask over the {need} committed slots", obs.mask.shape[1],
                           "the grid mask does not cover the committed slots the call attends", call.model))
-    elif _covers(obs, call):  # else I2 reports it
+    elif _covers(obs, call):
         grid = on(obs.mask[:, :need], mask.device)
         committed_ok = (mask[:, :need] == grid).all(1) & (mask[:, need:] != 0).all(1)  # [B]
         for i in (~committed_ok).nonzero().flatten().tolist():

@@ -143,20 +143,26 @@ def test_the_ledger_keeps_its_tensors_on_the_cache_device():
         keys * direction(torch.zeros(b, heads, 1, dim))
 
 
-def test_fingerprints_compare_exactly_first_then_within_the_tolerance():
-    from batchspec.invariants.provenance import _same
+def test_stale_slots_are_the_ones_outside_the_tolerance():
+    from batchspec.invariants.provenance import _stale
 
-    then = torch.tensor([[[0.5, -2.0, 7.0], [float("inf"), 1.0, 8.0]]])
-    assert _same(then.clone(), then)  # the exact path
+    live = torch.tensor([[True, True, False]])
+    then = torch.tensor([[[0.5, -2.0, 7.0], [float("inf"), 1.0, 8.0], [3.0, 3.0, 9.0]]])
+
+    def stale(now):
+        return _stale(live, now, then).tolist()
+
+    assert stale(then.clone()) == [[False, False, False]]
     close = then.clone()
     close[0, 0, 0] += 1e-6  # a reduction order apart: within float32's 1e-4
-    assert _same(close, then)  # the equal infinity next to it does not make it fail
+    close[0, 2] = torch.tensor([9.0, 9.0, 1.0])  # a masked slot may hold anything
+    assert stale(close) == [[False, False, False]]  # and the equal infinity is within it
     far = then.clone()
     far[0, 0, 1] += 1e-2
-    assert not _same(far, then)
+    assert stale(far) == [[True, False, False]]
     nan = then.clone()
-    nan[0, 0, 0] = float("nan")
-    assert not _same(nan, then) and not _same(then, nan)
+    nan[0, 1, 1] = float("nan")
+    assert stale(nan) == [[False, True, False]]
     token = then.clone()
     token[0, 1, 2] = 9.0  # another token id: never within any tolerance
-    assert not _same(token, then)
+    assert stale(token) == [[False, True, False]]
