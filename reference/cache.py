@@ -33,6 +33,7 @@ __all__ = [
     "shift",
     "stack",
     "split",
+    "Row",
     "run_forward",
     "check_supported",
 ]
@@ -166,6 +167,7 @@ class StackedCache(Cache):
 
     def __init__(self, layers: int, capacity: int = 0):
         self.store = Store(layers, capacity)
+        self.sources: list | None = None  # (Row, pad) of each row, when made by stack()
         super().__init__(layers=self.store.layers)
 
 
@@ -295,47 +297,103 @@ def shift(cache: StackedCache, rows: torch.Tensor, delta: torch.Tensor, pad: tor
             layer.view()
 
 
-def stack(model, rows: list[list], pad: list[int]) -> StackedCache:
-    """One batch cache from per-sequence tensors (EXSPEC, Spec §8.3).
+class Row:
+    """One sequence's cache, unpadded: an EXSPEC member's (Spec §8.3).
 
-    ``rows[b]`` is one sequence's cache as :func:`layer_tensors` gives it (per
-    layer ``(keys, values)`` ``[1, H, T_b, D]``; ``[]`` when nothing is cached
-    yet). Row ``b`` of the result is ``pad[b]`` zero slots, then its slots;
-    the caller chooses ``pad[b] = T - T_b``. With every ``pad[b] = 0`` (a
-    same-length group) no slot moves; otherwise this is the fallback
-    realignment. Either way it is one concatenation and one write per row
-    into the layer-stacked storage. Padding slots are masked; zeros keep them
-    finite (I3).
+    ``data`` ``[2·layers, 1, H, capacity, D]`` holds every layer's keys and
+    values as a :class:`Store` does, for one row, of which the first
+    ``length`` slots are live (``data`` is None while nothing is cached).
+    A Row never changes: :func:`split` gives the longer row as a new Row,
+    which may share ``data`` and writes it only past this one's ``length``,
+    where no reader of this Row looks (so a pool snapshot holding it stays
+    valid, Spec §8.6).
     """
-    cache = new_cache(model)
-    template = next((r for r in rows if r), None)
+
+    __slots__ = ("data", "length")
+
+    def __init__(self, data: torch.Tensor | None = None, length: int = 0):
+        self.data, self.length = data, length
+
+    def stacked(self) -> torch.Tensor | None:
+        """Every layer's live slots, one view ``[2·layers, 1, H, length, D]``."""
+        return self.data[:, :, :, : self.length] if self.length else None
+
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer ``(keys, values)`` ``[1, H, length, D]``, views, as
+        :func:`layer_tensors` gives a batch's (``[]`` when empty)."""
+        live = self.stacked()
+        return [] if live is None else [(live[2 * i], live[2 * i + 1]) for i in range(live.shape[0] // 2)]
+
+
+def _fits(cache: StackedCache | None, like: torch.Tensor, rows: int, capacity: int) -> bool:
+    """Whether ``cache``'s storage can hold ``rows`` rows of ``capacity`` slots
+    shaped as ``like`` ``[2·layers, 1, H, *, D]``."""
+    data = cache.store.data if cache is not None else None
+    return (data is not None and data.dtype == like.dtype and data.device == like.device
+            and data.shape[1] >= rows and data.shape[3] >= capacity
+            and (data.shape[0], data.shape[2], data.shape[4]) == (like.shape[0], like.shape[2], like.shape[4]))
+
+
+def stack(model, rows: list[Row], pad: list[int], reuse: StackedCache | None = None) -> StackedCache:
+    """One batch cache from per-sequence rows (EXSPEC, Spec §8.3).
+
+    Row ``b`` of the result is ``pad[b]`` padding slots, then ``rows[b]``'s
+    slots; the caller chooses ``pad[b] = T - T_b``. With every ``pad[b] = 0``
+    (a same-length group) no slot moves; otherwise this is the fallback
+    realignment. Either way it is one copy per row, all layers at once, into
+    the layer-stacked storage: ``reuse``'s (the previous batch's cache, whose
+    slots are then overwritten) when it is large enough, else a new one with
+    room to grow. Padding slots are masked and hold what the storage held,
+    zeros or an earlier batch's keys and values: finite (I3 checks them).
+    The result remembers where each row came from, for :func:`split`.
+    """
+    template = next((r.data for r in rows if r.length), None)
     if template is None:  # nothing cached in any row
-        return cache
-    width = max(p + (r[0][0].shape[2] if r else 0) for p, r in zip(pad, rows))
-    store = cache.store
-    store.allocate(template[0][0], len(rows), width + 16)
+        return new_cache(model)
+    width = max(p + r.length for p, r in zip(pad, rows))
+    if _fits(reuse, template, len(rows), width + 16):
+        cache = reuse
+        cache.store.rows = len(rows)
+    else:
+        cache = new_cache(model)
+        cache.store.allocate(template[0], len(rows), width + max(width // 2, 16))
+    data = cache.store.data
     for b, (p, r) in enumerate(zip(pad, rows)):
-        if r:
-            store.data[:, b, :, p:width] = torch.cat([t for pair in r for t in pair])  # [2·layers, H, T_b, D]
-    store.fill(width)
+        if r.length:
+            data[:, b, :, p: p + r.length] = r.data[:, 0, :, : r.length]  # [2·layers, H, T_b, D]
+    cache.store.fill(width)
+    cache.store.appended = 0
+    seen: set[int] = set()  # a Row stacked twice (only a faulty move does that) is extended by one row at most
+    cache.sources = [None if id(r) in seen or seen.add(id(r)) else (r, p) for r, p in zip(rows, pad)]
     return cache
 
 
-def split(cache: StackedCache, spans: list[tuple[int, int, int]]) -> list[list]:
-    """Per-sequence tensors, one per span ``(row, start, stop)``: slots
-    ``start .. stop-1`` of batch row ``row``, in :func:`layer_tensors`' form
-    (``[]`` for an empty span; EXSPEC, Spec §8.3). One copy per span out of
-    the layer-stacked storage, whose per-layer views are what the member
-    holds: a view of the *batch* would keep the whole batch's storage (every
-    row, every speculative slot) alive for as long as one of its sequences
-    waits in the pool."""
+def split(cache: StackedCache, spans: list[tuple[int, int, int]]) -> list[Row]:
+    """Per-sequence rows, one per span ``(row, start, stop)``: slots ``start
+    .. stop-1`` of batch row ``row`` (EXSPEC, Spec §8.3).
+
+    A span that is the slots a row was stacked from (:func:`stack`) plus the
+    ones the round appended extends that Row: only the new slots are copied,
+    into its storage past its length, and at most once per stacked row. Any
+    other span is copied whole into storage of its own with room to grow. A
+    view of the *batch* is never returned: it would keep the whole batch's
+    storage alive for as long as one sequence waits in the pool.
+    """
     data, out = cache.store.data, []
+    sources = cache.sources or []
     for row, start, stop in spans:
-        if stop <= start:
-            out.append([])
-            continue
-        own = data[:, row:row + 1, :, start:stop].clone()  # [2·layers, 1, H, T_b, D]
-        out.append([(own[2 * layer], own[2 * layer + 1]) for layer in range(len(cache.layers))])
+        n = stop - start
+        source, offset = sources[row] if row < len(sources) and sources[row] else (None, None)
+        if n <= 0:
+            out.append(Row())
+        elif source is not None and source.length and start == offset and source.length <= n <= source.data.shape[3]:
+            sources[row] = None  # one extension per stacked row: two members never share storage
+            source.data[:, :, :, source.length: n] = data[:, row:row + 1, :, start + source.length: stop]
+            out.append(Row(source.data, n))
+        else:
+            own = data.new_empty(data.shape[:1] + (1,) + data.shape[2:3] + (n + max(n // 2, 16),) + data.shape[4:])
+            own[:, :, :, :n] = data[:, row:row + 1, :, start:stop]  # [2·layers, 1, H, T_b, D]
+            out.append(Row(own, n))
     return out
 
 

@@ -85,7 +85,8 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     # 2. The policy picks up to B members; stack them, realigning only if their lengths differ (Spec §8.2, §8.3).
     chosen = [pool.window[i] for i in policy([m.candidate for m in pool.window], pool.batch_size)]
     waiting = pool.waiting(chosen)
-    state, realigned = steps.form(models, chosen, pool.round)
+    state, realigned = steps.form(models, chosen, pool.round, pool.storage)
+    pool.storage = (state.target_cache, state.draft_cache)
     yield Event("align" if realigned else "other", "align", state, [])
     # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
     spec = yield from speculate(models, state, draft_length(k, state.batch), max_new_tokens, eos, steps)

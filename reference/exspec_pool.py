@@ -27,8 +27,8 @@ class Member:
     request: int
     tokens: torch.Tensor  # [c_i] prompt + generated
     prompt_length: int
-    target_kv: list  # per layer (keys, values) [1, H, c_i - 1, D]; [] while nothing is cached
-    draft_kv: list | None
+    target_kv: kv.Row  # c_i - 1 slots, every layer in one tensor
+    draft_kv: kv.Row | None
     output: RowOutput = field(default_factory=RowOutput)
     idle: int = 0  # rounds since it was last in a batch
 
@@ -40,9 +40,9 @@ class Member:
 
     def observation(self, round_: int) -> Observation:
         """The member as the invariants see it: one unpadded row (Spec §3)."""
-        caches = {"target": CacheView(self.target_kv)}
+        caches = {"target": CacheView(self.target_kv.layers(), self.target_kv.stacked())}
         if self.draft_kv is not None:
-            caches["draft"] = CacheView(self.draft_kv)
+            caches["draft"] = CacheView(self.draft_kv.layers(), self.draft_kv.stacked())
         c = self.tokens.numel()
         return Observation(round_, "align", self.tokens[None], torch.ones_like(self.tokens)[None], [0], [c],
                            caches, requests=[self.request])
@@ -72,6 +72,9 @@ class Pool:
     queue: deque = field(default_factory=deque)  # (request, prompt)
     window: list[Member] = field(default_factory=list)
     round: int = 0
+    # The last formed batch's (target, draft) caches: storage the next batch overwrites (kv.stack).
+    # Scratch, not state: nothing in it is read before that, so snapshot() does not save it.
+    storage: tuple = (None, None)
 
     @property
     def active(self) -> bool:
@@ -89,12 +92,14 @@ class Pool:
         to the pool at ``snapshot()`` — the same queue, the same members in
         the same order with equal tokens, caches, outputs and idle counts, the
         same round counter, and the same value of any field added later (a
-        batch kept across rounds included). Members are copied and their
-        output lists with them; their tensors are shared, which is valid
-        because no move of the pool writes into a member's tensors (``form``
-        stacks into new tensors, ``release`` splits out copies). A move that
-        writes a tensor in place must have it cloned here. Cost: one list
-        copy per member, no tensor copy.
+        batch kept across rounds included; ``storage`` is scratch and
+        excepted). Members are copied and their output lists with them;
+        their tensors are shared, which is valid because no move of the pool
+        writes a member's live slots: ``form`` copies them into the batch,
+        and ``release`` gives a member that grew a new :class:`~.cache.Row`
+        whose new slots lie past the old Row's length, which the snapshot's
+        member never reads. A move that writes live slots in place must have
+        them cloned here. Cost: one list copy per member, no tensor copy.
         """
         return PoolSnapshot(tuple(self.queue), tuple(_copy(m) for m in self.window), self.round)
 
@@ -131,8 +136,11 @@ class Pool:
         self.window = kept
 
 
-def form(models, members: list[Member], round_: int) -> tuple[BatchState, bool]:
+def form(models, members: list[Member], round_: int, reuse: tuple = (None, None)) -> tuple[BatchState, bool]:
     """Stack members into one batch (Spec §8.3). Returns ``(state, realigned)``.
+
+    ``reuse``: the previous batch's ``(target, draft)`` caches, whose storage
+    this batch overwrites when it is large enough (:func:`~.cache.stack`).
 
     Equal lengths (paper §4, Corollaries B.2/B.3): the members are stacked as
     they are — no padding change, no position recompute, no cache shift.
@@ -147,8 +155,8 @@ def form(models, members: list[Member], round_: int) -> tuple[BatchState, bool]:
     else:
         tokens = torch.stack([m.tokens for m in members])  # [B, L]
     p = pad.tolist()
-    target = kv.stack(models.target, [m.target_kv for m in members], p)
-    draft = kv.stack(models.draft, [m.draft_kv for m in members], p) if models.draft is not None else None
+    target = kv.stack(models.target, [m.target_kv for m in members], p, reuse[0])
+    draft = kv.stack(models.draft, [m.draft_kv for m in members], p, reuse[1]) if models.draft is not None else None
     prompt_length = torch.tensor([m.prompt_length for m in members], device=length.device)
     return BatchState(tokens, pad, length, [m.request for m in members], prompt_length, target, draft,
                       round_), realigned

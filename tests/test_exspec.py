@@ -169,10 +169,10 @@ def test_release_from_the_wrong_row_is_caught_by_semantic_i3(pairs, greedy_refer
     assert [outputs[r].tokens for r in range(len(PROMPTS))] != expected(greedy_reference, target, PROMPTS, 10)
 
 
-def form_without_shift(models, members, round_):
+def form_without_shift(models, members, round_, reuse=(None, None)):
     """Left-pads the tokens but leaves every cache row flush left: the δ_i
     shift of the fallback is forgotten."""
-    state, realigned = exspec_pool.form(models, members, round_)
+    state, realigned = exspec_pool.form(models, members, round_, reuse)
     for cache in (state.target_cache, state.draft_cache):
         for keys, values in kv.layer_tensors(cache):
             for b, p in enumerate(state.pad.tolist()):

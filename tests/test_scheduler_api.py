@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 from batchspec.models import tiny
 from batchspec.reference import exspec_pool
 from batchspec.reference.exspec import EXSPEC_STEPS
@@ -64,6 +65,36 @@ def test_a_step_failing_after_its_commit_duplicates_nothing():
     assert len(s.pool.window[0].output.tokens) == s.stats.per_round[0].committed[0]
     s.run()
     assert s.completed[request].tokens == reference_greedy(TARGET, PROMPTS[0], 8)
+
+
+def test_a_step_failing_after_release_leaves_every_member_cache_as_it_was():
+    """Release extends a member's cache storage in place past its old length
+    (Spec §8.3); the snapshot's members must still read exactly what they did
+    before the failed step: the same slots, the same bytes."""
+    calls = []
+
+    def release_then_fail(state, grid, length, rows):
+        out = exspec_pool.release(state, grid, length, rows)
+        calls.append(1)
+        if len(calls) == 3:  # round 2's release, after round 1's members grew in place
+            raise RuntimeError("boom")
+        return out
+
+    s = make(steps=dataclasses.replace(EXSPEC_STEPS, release=release_then_fail), batch_size=2)
+    ids = [s.submit(p) for p in PROMPTS[:2]]
+    s.step()
+
+    def caches():
+        return [[(m.request, r.length, r.stacked().clone()) for r in (m.target_kv, m.draft_kv)] for m in s.pool.window]
+
+    before = caches()
+    with pytest.raises(RuntimeError, match="boom"):
+        s.step()
+    after = caches()
+    assert [[(q, n) for q, n, _ in m] for m in after] == [[(q, n) for q, n, _ in m] for m in before]
+    assert all(torch.equal(a[2], b[2]) for ma, mb in zip(after, before) for a, b in zip(ma, mb))
+    s.run()
+    assert [s.completed[r].tokens for r in ids] == [reference_greedy(TARGET, p, 8) for p in PROMPTS[:2]]
 
 
 def bad(selection):

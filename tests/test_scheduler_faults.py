@@ -123,12 +123,12 @@ def injection_everywhere():
         kv.run_forward, scheduler_module.clocked = forward, clocked
 
 
-def digest(tensors) -> str | None:
+def digest(row) -> str | None:
     """Bytes of a member's per-layer (keys, values), exactly."""
-    if tensors is None:
+    if row is None:
         return None
     h = hashlib.sha1()
-    for pair in tensors:
+    for pair in row.layers():
         for t in pair:
             h.update(str(tuple(t.shape)).encode())
             h.update(t.contiguous().numpy().tobytes())
