@@ -22,42 +22,56 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-@torch.no_grad()
-def call_seconds(model, batch: int, tokens, context: int, repeats: int = 3) -> dict[int, float]:
-    """Median seconds of one forward call of ``n`` tokens per row, for each
-    ``n`` in ``tokens``, at ``batch`` rows over a cache of ``context`` slots
-    (random ids, no padding; one prefill serves every ``n``)."""
-    vocab = model.config.vocab_size
-    ids = torch.randint(2, vocab, (batch, context + max(tokens)), device=model.device)
+def _prefilled(model, batch: int, context: int, extra: int):
+    """``(ids, cache)``: random ids ``[batch, context + extra]`` (no padding) and a
+    cache holding the first ``context`` of them."""
+    ids = torch.randint(2, model.config.vocab_size, (batch, context + extra), device=model.device)
     pad = torch.zeros(batch, dtype=torch.long, device=model.device)
     cache = kv.new_cache(model)
     kv.run_forward(model, cache, ids[:, :context], attention_mask(pad, context), content_index(pad, 0, context), 1)
-    out = {}
-    for n in tokens:
-        mask, positions = attention_mask(pad, context + n), content_index(pad, context, context + n)
-        times = []
-        for _ in range(repeats + 1):  # the first call warms up
-            _sync(model.device)
-            start = time.perf_counter()
-            kv.run_forward(model, cache, ids[:, context:context + n], mask, positions)
-            _sync(model.device)
-            times.append(time.perf_counter() - start)
-            kv.crop_to(cache, context)
-        out[n] = statistics.median(times[1:])
-    return out
+    return ids, cache
+
+
+def _timed_call(model, ids, cache, n: int, context: int) -> float:
+    """Seconds of one forward call of ``n`` tokens per row after ``context``
+    cached slots; the cache is cropped back after it."""
+    pad = torch.zeros(ids.shape[0], dtype=torch.long, device=model.device)
+    mask, positions = attention_mask(pad, context + n), content_index(pad, context, context + n)
+    _sync(model.device)
+    start = time.perf_counter()
+    kv.run_forward(model, cache, ids[:, context:context + n], mask, positions)
+    _sync(model.device)
+    seconds = time.perf_counter() - start
+    kv.crop_to(cache, context)
+    return seconds
 
 
 #: Tokens per target call that are measured; the others interpolate.
 MEASURED_TOKENS = (1, 2, 3, 5, AUTO_MAX_K + 1)
 
 
+@torch.no_grad()
 def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOKENS,
                   repeats: int = 2) -> Costs:
     """The :class:`~batchspec.reference.draft_policy.Costs` table: a draft
     call of one token and target calls of each count in ``tokens``, at each
-    batch size in ``batches``."""
-    batches = sorted(set(batches))
-    return Costs(
-        draft={b: call_seconds(draft, b, [1], context, repeats)[1] for b in batches},
-        target={b: call_seconds(target, b, tokens, context, repeats) for b in batches},
-    )
+    batch size in ``batches``, over a cache of ``context`` slots.
+
+    Every cell is timed once per pass and the passes are interleaved, so
+    that a slow moment of a shared machine moves every cell a little rather
+    than one cell a lot (the ideal speedup is a ratio of cells); each cell
+    is the median of its ``repeats`` passes after a first, untimed one.
+    """
+    batches, tokens = sorted(set(batches)), list(tokens)
+    cells = [("draft", b, 1) for b in batches] + [("target", b, n) for b in batches for n in tokens]
+    models = {"target": target, "draft": draft}
+    prepared = {(name, b): _prefilled(models[name], b, context, max(tokens)) for name, b, _ in cells}
+    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
+    for done in range(repeats + 1):
+        for name, b, n in cells:
+            seconds = _timed_call(models[name], *prepared[(name, b)], n, context)
+            if done:
+                times[(name, b, n)].append(seconds)
+    median = {cell: statistics.median(t) for cell, t in times.items()}
+    return Costs(draft={b: median[("draft", b, 1)] for b in batches},
+                 target={b: {n: median[("target", b, n)] for n in tokens} for b in batches})

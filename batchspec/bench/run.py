@@ -156,6 +156,11 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     return {"cells": list(cells.values()), "costs": costs, "expected": expected}
 
 
+#: Interleaved passes over the cost table: its cells are ratios' terms, and one slow moment in a
+#: 2-call median moved a batch size's ideal by a third on the 2-core machine (1.23 then 1.62 at batch 8).
+COST_REPEATS = 7
+
+
 def _costs(pair, plan: Plan, pool):
     """Forward costs at every batch size of the plan, over a cache as long as
     a typical row mid-decode."""
@@ -164,4 +169,4 @@ def _costs(pair, plan: Plan, pool):
     ints = [k for k in plan.ks if isinstance(k, int)]
     k_max = AUTO_MAX_K if "auto" in plan.ks else max(ints, default=1)
     context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
-    return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=range(1, k_max + 2))
+    return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=range(1, k_max + 2), repeats=COST_REPEATS)
