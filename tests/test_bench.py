@@ -85,23 +85,26 @@ def test_bad_arguments_are_one_line_usage_errors(capsys, args, message):
 
 
 def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
-    """Every cell is timed once per pass before any is timed again, the first
-    pass is not counted, and a cell is its median: one slow call moves nothing."""
+    """Every cell is timed once per pass before any is timed again (one warm
+    call, then the faster of two), the first pass is not counted, and a cell
+    is its median over the passes: one slow pass moves nothing."""
     from batchspec.bench import costs
     from batchspec.models import tiny
 
     target, draft = tiny.pair("llama", "perturbed")
-    order, slow = [], {("target", 2, 3): 1}  # the second counted pass of one cell is 100x slow
+    order = []
 
     def timed(model, ids, cache, n, context):
         cell = ("target" if model is target else "draft", ids.shape[0], n)
         order.append(cell)
-        passes = order.count(cell) - 2  # 0-based among the counted passes
-        return 1.0 + 0.01 * passes + (99.0 if slow.get(cell) == passes else 0.0)
+        calls = order.count(cell)  # 1-based; calls 3p+1 .. 3p+3 are pass p
+        passes, within = (calls - 1) // 3 - 1, (calls - 1) % 3  # counted pass (0-based), call in it
+        slow = 99.0 if cell == ("target", 2, 3) and passes == 1 else 0.0  # one whole slow pass of one cell
+        return 1.0 + 0.01 * passes + slow + (5.0 if within == 0 else 0.5 * within)
 
     monkeypatch.setattr(costs, "_timed_call", timed)
     table = costs.measure_costs(target, draft, [2, 1], context=4, tokens=[1, 3], repeats=3)
     cells = [("draft", 1, 1), ("draft", 2, 1), ("target", 1, 1), ("target", 1, 3), ("target", 2, 1), ("target", 2, 3)]
-    assert order == cells * 4  # one untimed pass, then three, each over every cell
-    assert table.target[2][3] == pytest.approx(1.02)  # median of 1.00, 100.01, 1.02
-    assert table.target[1][1] == pytest.approx(1.01) and table.draft[2] == pytest.approx(1.01)
+    assert order == [c for c in cells for _ in range(3)] * 4  # one untimed pass, then three, each over every cell
+    assert table.target[2][3] == pytest.approx(1.52)  # median of 1.50, 100.51, 1.52: the faster timed call
+    assert table.target[1][1] == pytest.approx(1.51) and table.draft[2] == pytest.approx(1.51)
