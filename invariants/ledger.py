@@ -149,6 +149,8 @@ class Ledger:
         table = self.tables.get(call.model)
         if table is None:
             table = self.tables[call.model] = _Table(keys.device, direction(keys).dtype)
+        if table.entries.is_inference() and not torch.is_inference_mode_enabled():
+            table.entries = table.entries.clone()  # made in an inference-mode step; written in place below
         rows = table.index(requests)  # [B, 1]
         table.grow(len(table.rows), t + n)  # content indices are < t + n
         _fed, index = call.content_positions()  # [B, n]; -1, the spare last column, at masked inputs

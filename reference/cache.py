@@ -304,15 +304,18 @@ class Row:
     values as a :class:`Store` does, for one row, of which the first
     ``length`` slots are live (``data`` is None while nothing is cached).
     A Row never changes: :func:`split` gives the longer row as a new Row,
-    which may share ``data`` and writes it only past this one's ``length``,
-    where no reader of this Row looks (so a pool snapshot holding it stays
-    valid, Spec §8.6).
+    which may share ``data``. It writes ``data`` only past this Row's
+    ``length``, and only while no Row over ``data`` is longer (``tip``, the
+    longest length written, shared by the Rows over one storage): so no
+    reader of a Row, a pool snapshot's member included, ever sees its slots
+    change, whatever is restored and run again (Spec §8.6).
     """
 
-    __slots__ = ("data", "length")
+    __slots__ = ("data", "length", "tip")
 
-    def __init__(self, data: torch.Tensor | None = None, length: int = 0):
+    def __init__(self, data: torch.Tensor | None = None, length: int = 0, tip: list[int] | None = None):
         self.data, self.length = data, length
+        self.tip = [length] if tip is None else tip
 
     def stacked(self) -> torch.Tensor | None:
         """Every layer's live slots, one view ``[2·layers, 1, H, length, D]``."""
@@ -324,13 +327,26 @@ class Row:
         live = self.stacked()
         return [] if live is None else [(live[2 * i], live[2 * i + 1]) for i in range(live.shape[0] // 2)]
 
+    def extensible(self, n: int) -> bool:
+        """Whether :func:`split` may write slots ``length .. n - 1`` in place:
+        nothing over this storage was written past ``length``, there is room,
+        and the storage may be written here (an inference-mode tensor only
+        inside inference mode)."""
+        return (self.length > 0 and self.tip[0] == self.length and n <= self.data.shape[3]
+                and _writable(self.data))
+
+
+def _writable(t: torch.Tensor) -> bool:
+    """Whether ``t`` may be written in place now (inference tensors refuse it outside inference mode)."""
+    return not t.is_inference() or torch.is_inference_mode_enabled()
+
 
 def _fits(cache: StackedCache | None, like: torch.Tensor, rows: int, capacity: int) -> bool:
-    """Whether ``cache``'s storage can hold ``rows`` rows of ``capacity`` slots
-    shaped as ``like`` ``[2·layers, 1, H, *, D]``."""
+    """Whether ``cache``'s storage can be written now and hold ``rows`` rows
+    of ``capacity`` slots shaped as ``like`` ``[2·layers, 1, H, *, D]``."""
     data = cache.store.data if cache is not None else None
     return (data is not None and data.dtype == like.dtype and data.device == like.device
-            and data.shape[1] >= rows and data.shape[3] >= capacity
+            and data.shape[1] >= rows and data.shape[3] >= capacity and _writable(data)
             and (data.shape[0], data.shape[2], data.shape[4]) == (like.shape[0], like.shape[2], like.shape[4]))
 
 
@@ -343,28 +359,33 @@ def stack(model, rows: list[Row], pad: list[int], reuse: StackedCache | None = N
     realignment. Either way it is one copy per row, all layers at once, into
     the layer-stacked storage: ``reuse``'s (the previous batch's cache, whose
     slots are then overwritten) when it is large enough, else a new one with
-    room to grow. Padding slots are masked and hold what the storage held,
-    zeros or an earlier batch's keys and values: finite (I3 checks them).
+    room to grow. Padding slots are zeros, masked and finite (I3): in reused
+    storage they are zeroed, since an earlier round may have left anything
+    there, a non-finite rejected draft's key included.
     The result remembers where each row came from, for :func:`split`.
     """
     template = next((r.data for r in rows if r.length), None)
     if template is None:  # nothing cached in any row
         return new_cache(model)
     width = max(p + r.length for p, r in zip(pad, rows))
-    if _fits(reuse, template, len(rows), width + 16):
+    reused = _fits(reuse, template, len(rows), width + 16)
+    if reused:
         cache = reuse
         cache.store.rows = len(rows)
     else:
         cache = new_cache(model)
-        cache.store.allocate(template[0], len(rows), width + max(width // 2, 16))
+        cache.store.allocate(template[0], len(rows), width + max(width // 2, 16))  # zeros
     data = cache.store.data
     for b, (p, r) in enumerate(zip(pad, rows)):
         if r.length:
             data[:, b, :, p: p + r.length] = r.data[:, 0, :, : r.length]  # [2·layers, H, T_b, D]
+        if reused and p + r.length < width:  # a row that ends short of the others (the caller's choice)
+            data[:, b, :, p + r.length: width].zero_()
+        if reused and p:
+            data[:, b, :, :p].zero_()
     cache.store.fill(width)
     cache.store.appended = 0
-    seen: set[int] = set()  # a Row stacked twice (only a faulty move does that) is extended by one row at most
-    cache.sources = [None if id(r) in seen or seen.add(id(r)) else (r, p) for r, p in zip(rows, pad)]
+    cache.sources = [(r, p) for r, p in zip(rows, pad)]
     return cache
 
 
@@ -373,23 +394,24 @@ def split(cache: StackedCache, spans: list[tuple[int, int, int]]) -> list[Row]:
     .. stop-1`` of batch row ``row`` (EXSPEC, Spec §8.3).
 
     A span that is the slots a row was stacked from (:func:`stack`) plus the
-    ones the round appended extends that Row: only the new slots are copied,
-    into its storage past its length, and at most once per stacked row. Any
-    other span is copied whole into storage of its own with room to grow. A
-    view of the *batch* is never returned: it would keep the whole batch's
+    ones the round appended extends that Row when :meth:`Row.extensible`:
+    only the new slots are copied, into its storage past its length (the old
+    ones are taken as stacked, not read from the batch again). Any other
+    span is copied whole into storage of its own with room to grow. A view
+    of the *batch* is never returned: it would keep the whole batch's
     storage alive for as long as one sequence waits in the pool.
     """
     data, out = cache.store.data, []
     sources = cache.sources or []
     for row, start, stop in spans:
         n = stop - start
-        source, offset = sources[row] if row < len(sources) and sources[row] else (None, None)
+        source, offset = sources[row] if row < len(sources) else (None, None)
         if n <= 0:
             out.append(Row())
-        elif source is not None and source.length and start == offset and source.length <= n <= source.data.shape[3]:
-            sources[row] = None  # one extension per stacked row: two members never share storage
+        elif source is not None and start == offset and source.length <= n and source.extensible(n):
             source.data[:, :, :, source.length: n] = data[:, row:row + 1, :, start + source.length: stop]
-            out.append(Row(source.data, n))
+            source.tip[0] = n  # a second extension of this Row, or of a shorter one, now copies
+            out.append(Row(source.data, n, source.tip))
         else:
             own = data.new_empty(data.shape[:1] + (1,) + data.shape[2:3] + (n + max(n // 2, 16),) + data.shape[4:])
             own[:, :, :, :n] = data[:, row:row + 1, :, start:stop]  # [2·layers, 1, H, T_b, D]

@@ -85,7 +85,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     # 2. The policy picks up to B members; stack them, realigning only if their lengths differ (Spec §8.2, §8.3).
     chosen = [pool.window[i] for i in policy([m.candidate for m in pool.window], pool.batch_size)]
     waiting = pool.waiting(chosen)
-    state, realigned = steps.form(models, chosen, pool.round, pool.storage)
+    state, realigned = steps.form(models, chosen, pool.round, reuse=pool.storage)
     pool.storage = (state.target_cache, state.draft_cache)
     yield Event("align" if realigned else "other", "align", state, [])
     # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
@@ -111,5 +111,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
                           padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict))
     observe_round(k, record)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
     state.tokens = state.tokens[:0]  # the formed batch dissolves
+    if not pool.active:  # nothing left to form a batch from: let its storage go
+        pool.storage = (None, None)
     yield Event("other", "finish", state, [], None, record)
     return done

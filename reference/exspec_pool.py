@@ -72,8 +72,9 @@ class Pool:
     queue: deque = field(default_factory=deque)  # (request, prompt)
     window: list[Member] = field(default_factory=list)
     round: int = 0
-    # The last formed batch's (target, draft) caches: storage the next batch overwrites (kv.stack).
-    # Scratch, not state: nothing in it is read before that, so snapshot() does not save it.
+    # The last formed batch's (target, draft) caches: storage the next batch overwrites (kv.stack),
+    # every slot it reads written or zeroed first. Scratch, not state: snapshot() does not save it.
+    # Dropped when the pool empties, so an idle pool holds no batch.
     storage: tuple = (None, None)
 
     @property
@@ -95,11 +96,14 @@ class Pool:
         batch kept across rounds included; ``storage`` is scratch and
         excepted). Members are copied and their output lists with them;
         their tensors are shared, which is valid because no move of the pool
-        writes a member's live slots: ``form`` copies them into the batch,
-        and ``release`` gives a member that grew a new :class:`~.cache.Row`
-        whose new slots lie past the old Row's length, which the snapshot's
-        member never reads. A move that writes live slots in place must have
-        them cloned here. Cost: one list copy per member, no tensor copy.
+        writes a slot a member reads: ``form`` copies members' slots into
+        the batch, and ``release`` gives a member that grew a new
+        :class:`~.cache.Row` whose new slots lie past the old Row's length,
+        written in place only while no longer Row over that storage exists
+        (else copied), so no snapshot's member, however snapshots are
+        restored, sees its slots change. A move that writes live slots in
+        place must have them cloned here. Cost: one list copy per member, no
+        tensor copy.
         """
         return PoolSnapshot(tuple(self.queue), tuple(_copy(m) for m in self.window), self.round)
 

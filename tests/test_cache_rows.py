@@ -98,3 +98,53 @@ def test_stack_reuses_the_previous_batch_storage_when_it_fits():
     assert wide is not second and kv.cache_length(wide) == 200
     other = kv.stack(Model, [kv.Row(row(4, 6).data.float(), 4)], [0], reuse=first)  # another dtype
     assert other is not first and other.store.data.dtype == torch.float32
+
+
+def test_a_row_extended_again_from_an_older_snapshot_copies():
+    """Restore an older snapshot and run the round again: the older Row is
+    extended a second time. Writing in place would change the slots the
+    first extension's Row (held by a newer snapshot) reads; it copies."""
+    a = row(4, 0)
+    cache = kv.stack(Model, [a], [0])
+    append(cache, 2, seed=1)
+    a1 = kv.split(cache, [(0, 0, 6)])[0]  # the round succeeds; a newer snapshot holds a1
+    saved = a1.stacked().clone()
+    cache = kv.stack(Model, [a], [0], reuse=cache)  # the older snapshot restored, the round run again
+    append(cache, 2, seed=2)
+    a1b = kv.split(cache, [(0, 0, 6)])[0]
+    assert a1b.data is not a1.data and torch.equal(a1.stacked(), saved)
+    assert torch.equal(a1b.stacked()[:, 0], kv.stacked_tensor(cache)[:, 0])
+    longer = kv.stack(Model, [a1], [0])  # the newer Row is still the tip of its storage: extended in place
+    append(longer, 1, seed=3)
+    assert kv.split(longer, [(0, 0, 7)])[0].data is a1.data
+
+
+def test_reused_storage_gives_zero_padding_whatever_an_earlier_round_left():
+    first = kv.stack(Model, [row(40, 0), row(40, 1)], [0, 0])
+    new = torch.zeros(2 * LAYERS, 2, HEADS, 4, DIM, dtype=torch.float64)
+    new[:, 1, :, 0] = float("nan")  # a rejected draft's non-finite key in row 1's first appended slot
+    for layer in range(LAYERS):
+        first.update(new[2 * layer], new[2 * layer + 1], layer)
+    second = kv.stack(Model, [row(44, 2), row(2, 3)], [0, 42], reuse=first)  # another request, padded over it
+    assert second is first
+    padding = kv.stacked_tensor(second)[:, 1, :, :42]
+    assert torch.equal(padding, torch.zeros_like(padding))
+
+
+def test_rows_made_in_inference_mode_are_copied_outside_it():
+    """Inference tensors cannot be written in place outside inference mode
+    (a step run under ``torch.inference_mode()``, the next one not): such a
+    batch storage is not reused and such a Row is copied, not extended."""
+    with torch.inference_mode():  # the first step: its member and batch storage are inference tensors
+        a = row(4, 0)
+        before = kv.stack(Model, [a], [0])
+    cache = kv.stack(Model, [a], [0], reuse=before)  # the next step, outside inference mode
+    assert cache is not before
+    append(cache, 1, seed=1)
+    grown = kv.split(cache, [(0, 0, 5)])[0]
+    assert grown.data is not a.data and not grown.data.is_inference()
+    assert torch.equal(grown.stacked()[:, 0, :, :4], a.stacked()[:, 0])
+    with torch.inference_mode():  # inside inference mode the same Row is extended in place
+        inside = kv.stack(Model, [a], [0])
+        append(inside, 1, seed=2)
+        assert kv.split(inside, [(0, 0, 5)])[0].data is a.data

@@ -184,3 +184,15 @@ def test_bad_scheduler_settings_are_refused():
         with pytest.raises(ValueError, match=message):
             s.submit(PROMPTS[0], **options)
     assert s.pending == 0 and not s.requests
+
+
+def test_a_step_in_inference_mode_then_one_outside_it_both_run():
+    """Regression (review): a step under ``torch.inference_mode()`` left
+    inference tensors as member caches and batch storage; the next step,
+    outside it, wrote them in place and raised on every retry."""
+    s = make()
+    ids = [s.submit(p) for p in PROMPTS[:2]]
+    with torch.inference_mode():
+        s.step()
+    s.run()
+    assert [s.completed[r].tokens for r in ids] == [reference_greedy(TARGET, p, 8) for p in PROMPTS[:2]]
