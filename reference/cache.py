@@ -354,7 +354,8 @@ def stack(model, rows: list[Row], pad: list[int], reuse: StackedCache | None = N
     """One batch cache from per-sequence rows (EXSPEC, Spec §8.3).
 
     Row ``b`` of the result is ``pad[b]`` padding slots, then ``rows[b]``'s
-    slots; the caller chooses ``pad[b] = T - T_b``. With every ``pad[b] = 0``
+    slots; ``pad[b] = T - T_b``, so that every row ends at slot ``T`` (the
+    only slots zeroed in reused storage are the padding). With every ``pad[b] = 0``
     (a same-length group) no slot moves; otherwise this is the fallback
     realignment. Either way it is one copy per row, all layers at once, into
     the layer-stacked storage: ``reuse``'s (the previous batch's cache, whose
@@ -379,8 +380,6 @@ def stack(model, rows: list[Row], pad: list[int], reuse: StackedCache | None = N
     for b, (p, r) in enumerate(zip(pad, rows)):
         if r.length:
             data[:, b, :, p: p + r.length] = r.data[:, 0, :, : r.length]  # [2·layers, H, T_b, D]
-        if reused and p + r.length < width:  # a row that ends short of the others (the caller's choice)
-            data[:, b, :, p + r.length: width].zero_()
         if reused and p:
             data[:, b, :, :p].zero_()
     cache.store.fill(width)
