@@ -70,7 +70,34 @@ def test_ideal_prices_rounds_at_the_batch_they_had():
     # then batch 1, k = 2, no row accepted both: 2 draft calls + a 3-token verify at batch 1
     rounds = [Round(4, 2, [2, 0, 1, 0]), Round(1, 2, [1])]
     assert ideal_speculative_seconds(costs, rounds) == pytest.approx(3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
-    assert ideal_generate_seconds(costs, [5, 3], 4) == pytest.approx(8 * 20.0)
+    assert ideal_speculative_seconds(costs, rounds, prefill=7.0) == pytest.approx(7.0 + 3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
+    # two static batches whose longest outputs are 5 and 3 tokens: the prefill gives each its first
+    # token, then 4 and 2 one-token calls at batch 4
+    assert ideal_generate_seconds(costs, [5, 3], 4, prefill=9.0) == pytest.approx(9.0 + 6 * 20.0)
+
+
+def test_the_prefill_is_timed_per_static_batch_interleaved_and_summed(monkeypatch):
+    """Every static batch of every batch size is timed once per pass for each
+    model, the first pass untimed; a batch counts its median, and a batch
+    size pays the sum over its static batches."""
+    from batchspec.bench import costs
+
+    order = []
+
+    def timed(model, prompts):
+        order.append((model, len(prompts), prompts[0][0]))
+        passes = order.count(order[-1]) - 2  # -1: the untimed pass
+        slow = 50.0 if passes == 1 and prompts[0][0] == 3 else 0.0  # one slow pass of one batch
+        return (10.0 if model == "t" else 1.0) * len(prompts) + passes * 0.01 + slow
+
+    monkeypatch.setattr(costs, "_prefill_call", timed)
+    batches = {2: [[[1], [2]], [[3], [4]]], 1: [[[1]]]}
+    table = costs.measure_prefill({"target": "t", "draft": "d"}, batches, repeats=3)
+    cells = [("t", 1, 1), ("d", 1, 1), ("t", 2, 1), ("d", 2, 1), ("t", 2, 3), ("d", 2, 3)]
+    assert order == cells * 4
+    assert table[1] == {"target": pytest.approx(10.01), "draft": pytest.approx(1.01)}
+    assert table[2]["target"] == pytest.approx(20.01 + 20.02)  # medians of (20.0, 20.01, 20.02), (20.0, 70.01, 20.02)
+    assert table[2]["draft"] == pytest.approx(2.01 + 2.02)
 
 
 @pytest.mark.parametrize("args, message", [

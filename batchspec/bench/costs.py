@@ -14,7 +14,7 @@ import torch
 
 from ..reference import cache as kv
 from ..reference.draft_policy import AUTO_MAX_K, Costs
-from ..reference.state import attention_mask, content_index
+from ..reference.state import attention_mask, content_index, left_pad
 
 
 def _sync(device) -> None:
@@ -82,3 +82,40 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     median = {cell: statistics.median(t) for cell, t in times.items()}
     return Costs(draft={b: median[("draft", b, 1)] for b in batches},
                  target={b: {n: median[("target", b, n)] for n in tokens} for b in batches})
+
+
+def _prefill_call(model, prompts: list[list[int]]) -> float:
+    """Seconds of one prefill: the left-padded prompts fed whole to an empty cache."""
+    tokens, pad, _ = left_pad(prompts, model.device)  # [B, L]
+    mask, positions = attention_mask(pad, tokens.shape[1]), content_index(pad, 0, tokens.shape[1])
+    cache = kv.new_cache(model)
+    _sync(model.device)
+    start = time.perf_counter()
+    kv.run_forward(model, cache, tokens, mask, positions, 1)
+    _sync(model.device)
+    return time.perf_counter() - start
+
+
+@torch.no_grad()
+def measure_prefill(models: dict, batches: dict[int, list[list[list[int]]]], repeats: int = 3) -> dict:
+    """``{batch size: {model name: seconds}}``: the prefill of every static
+    batch a run at that batch size makes, summed, for each model in
+    ``models`` (``{"target": ..., "draft": ...}``).
+
+    Prefill is a forward call every decoder makes, ``generate`` included,
+    so the ideal speedup must pay it on both sides (zero bookkeeping is
+    not zero prefill). Each static batch is timed once per pass, passes
+    interleaved, after one untimed pass; a batch counts the median of its
+    ``repeats`` passes.
+    """
+    cells = [(name, b, i) for b, group in sorted(batches.items()) for i in range(len(group)) for name in models]
+    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
+    for done in range(repeats + 1):
+        for name, b, i in cells:
+            seconds = _prefill_call(models[name], batches[b][i])
+            if done:
+                times[(name, b, i)].append(seconds)
+    out: dict = {b: {name: 0.0 for name in models} for b in batches}
+    for (name, b, _), t in times.items():
+        out[b][name] += statistics.median(t)
+    return out

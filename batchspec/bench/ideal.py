@@ -1,12 +1,15 @@
 """The speedup speculation could reach with zero bookkeeping.
 
-Priced with the measured forward costs (:mod:`.costs`) only: ``generate``
-runs one target call of one token per step at its batch size until its
-longest row is done; a speculative run costs, round by round at the batch
-it really had, ``k'`` draft calls, the catch-up draft call where one was
-needed, and one target call of ``k' + 1`` tokens. The ratio of the two is
-the ideal speedup for the acceptance that run really saw; achieved / ideal
-says how much the rest (alignment, Python, tensors built per call) costs.
+Priced with the measured forward costs (:mod:`.costs`) only. Both sides
+pay the prefill of each static batch (measured, not priced: its shape is
+the prompts'). ``generate`` then makes one target call of one token per
+step at its batch size until its longest row is done, the first token
+coming from the prefill; a speculative run costs, besides the draft's
+prefill, round by round at the batch it really had, ``k'`` draft calls,
+the catch-up draft call where one was needed, and one target call of
+``k' + 1`` tokens. The ratio of the two is the ideal speedup for the
+acceptance that run really saw; achieved / ideal says how much the rest
+(alignment, Python, tensors built per call) costs.
 """
 
 from __future__ import annotations
@@ -14,14 +17,16 @@ from __future__ import annotations
 from ..reference.draft_policy import Costs
 
 
-def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int) -> float:
-    """``steps``: per static batch of ``batch`` prompts, its longest output."""
-    return sum(n * costs.target_call(batch, 1) for n in steps)
+def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: float = 0.0) -> float:
+    """``steps``: per static batch of ``batch`` prompts, its longest output;
+    ``prefill``: the target's prefill of those batches, in seconds."""
+    return prefill + sum(max(n - 1, 0) * costs.target_call(batch, 1) for n in steps)
 
 
-def ideal_speculative_seconds(costs: Costs, rounds) -> float:
-    """``rounds``: the run's round records (rows, ``k'``, each ``m_i``)."""
-    total = 0.0
+def ideal_speculative_seconds(costs: Costs, rounds, prefill: float = 0.0) -> float:
+    """``rounds``: the run's round records (rows, ``k'``, each ``m_i``);
+    ``prefill``: the target's and the draft's prefill, in seconds."""
+    total = prefill
     for r in rounds:
         b, k = len(r.requests), r.drafted
         catch_up = k == 0 or any(m == k for m in r.accepted)  # some row needed the last draft's KV

@@ -73,11 +73,15 @@ def machine(device) -> dict:
     return info
 
 
-def costs_dict(costs) -> dict | None:
+def costs_dict(costs, prefill: dict | None = None) -> dict | None:
+    """The cost table, and each batch size's prefill seconds per model."""
     if costs is None:
         return None
-    return {"draft": {str(b): s for b, s in costs.draft.items()},
-            "target": {str(b): {str(n): s for n, s in t.items()} for b, t in costs.target.items()}}
+    out = {"draft": {str(b): s for b, s in costs.draft.items()},
+           "target": {str(b): {str(n): s for n, s in t.items()} for b, t in costs.target.items()}}
+    if prefill is not None:
+        out["prefill"] = {str(b): dict(p) for b, p in prefill.items()}
+    return out
 
 
 def plots(table_rows: list[dict], directory: str) -> list[str]:

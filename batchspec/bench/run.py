@@ -17,7 +17,7 @@ import batchspec
 from ..reference.draft_policy import AUTO_MAX_K
 from ..testing import reference_greedy
 from . import peers
-from .costs import measure_costs
+from .costs import measure_costs, measure_prefill
 from .ideal import ideal_generate_seconds, ideal_speculative_seconds
 from .memory import peak_bytes
 
@@ -140,6 +140,7 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         if stats is not None:
             cell.stats, cell.per_round = stats.as_dict(), stats.per_round
     costs = _costs(pair, plan, pool)  # before the memory pass: it changes how the allocator returns memory
+    prefill = _prefill(pair, plan, pool, cells) if costs is not None else None
     if plan.memory:
         for case in progress(cases, len(cases)):
             _, cells[case].peak_bytes = peak_bytes(
@@ -147,13 +148,14 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     for cell in cells.values() if costs is not None else ():
         generate_steps = [max(len(s) for s in expected[i:i + cell.case.batch])
                           for i in range(0, cell.prompts, cell.case.batch)]
-        priced_generate = ideal_generate_seconds(costs, generate_steps, cell.case.batch)
+        paid = prefill[cell.case.batch]  # {"target": s, "draft": s}
+        priced_generate = ideal_generate_seconds(costs, generate_steps, cell.case.batch, paid["target"])
         if cell.case.method == "generate":
             cell.call_seconds = priced_generate
         elif cell.per_round and cell.case.method in ("eqspec", "exspec"):
-            cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round)
+            cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round, paid["target"] + paid["draft"])
             cell.ideal_speedup = priced_generate / cell.call_seconds
-    return {"cells": list(cells.values()), "costs": costs, "expected": expected}
+    return {"cells": list(cells.values()), "costs": costs, "prefill": prefill, "expected": expected}
 
 
 #: Interleaved passes over the cost table: its cells are ratios' terms, and one slow moment in a
@@ -170,3 +172,11 @@ def _costs(pair, plan: Plan, pool):
     k_max = AUTO_MAX_K if "auto" in plan.ks else max(ints, default=1)
     context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
     return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=range(1, k_max + 2), repeats=COST_REPEATS)
+
+
+def _prefill(pair, plan: Plan, pool, cells) -> dict:
+    """Each batch size's prefill seconds per model: its static batches of the
+    prompts its cells decode (every cell of a batch size decodes the same)."""
+    prompts = {c.batch: cells[c].prompts for c in cells}
+    batches = {b: [pool[i:i + b] for i in range(0, n, b)] for b, n in prompts.items()}
+    return measure_prefill({"target": pair.target, "draft": pair.draft}, batches, repeats=COST_REPEATS // 2)

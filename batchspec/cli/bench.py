@@ -3,9 +3,10 @@
 Methods × batch sizes × k on one pair and device, in interleaved repeats
 (median and spread), every output checked token for token against the
 target's batch-1 greedy output (exit 1 on any mismatch). It also measures
-each model's forward cost against batch size and tokens per call and, from
-it and the acceptance each run saw, the ideal speedup with zero
-bookkeeping, and prints achieved / ideal. Writes a table, ``--json`` and,
+each model's forward cost against batch size and tokens per call, and the
+prefill of every static batch, and from them and the acceptance each run
+saw the ideal speedup with zero bookkeeping (both sides pay the prefill),
+and prints achieved / ideal. Writes a table, ``--json`` and,
 with ``--plots DIR``, the plots of ``docs/benchmarks.md``.
 """
 
@@ -98,7 +99,7 @@ def main(args) -> int:
     document = {"command": "batchspec " + " ".join(sys.argv[1:]) if sys.argv else None,
                 "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
                 "machine": report.machine(pair.target.device), "plan": vars(plan),
-                "costs": report.costs_dict(result["costs"]), "rows": table_rows}
+                "costs": report.costs_dict(result["costs"], result.get("prefill")), "rows": table_rows}
     if args.json == "-":
         print(json.dumps(document, indent=1, default=str))
     else:
