@@ -7,9 +7,11 @@ step at its batch size until its longest row is done, the first token
 coming from the prefill; a speculative run costs, besides the draft's
 prefill, round by round at the batch it really had, ``k'`` draft calls,
 the catch-up draft call where one was needed, and one target call of
-``k' + 1`` tokens. The ratio of the two is the ideal speedup for the
-acceptance that run really saw; achieved / ideal says how much the rest
-(alignment, Python, tensors built per call) costs.
+``k' + 1`` tokens. EXSPEC, which prefills requests as they enter its
+window, is priced with the same static-batch prefill: the same prompts,
+batched as ``generate`` batches them. The ratio of the two is the ideal
+speedup for the acceptance that run really saw; achieved / ideal says how
+much the rest (alignment, Python, tensors built per call) costs.
 """
 
 from __future__ import annotations
