@@ -69,7 +69,7 @@ def test_ideal_prices_rounds_at_the_batch_they_had():
     # batch 4, k = 2, one row accepted both (catch-up): 3 draft calls + a 3-token verify at batch 4
     # then batch 1, k = 2, no row accepted both: 2 draft calls + a 3-token verify at batch 1
     rounds = [Round(4, 2, [2, 0, 1, 0]), Round(1, 2, [1])]
-    assert ideal_speculative_seconds(costs, rounds) == pytest.approx(3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
+    assert ideal_speculative_seconds(costs, rounds, prefill=0.0) == pytest.approx(3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
     assert ideal_speculative_seconds(costs, rounds, prefill=7.0) == pytest.approx(7.0 + 3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
     # two static batches whose longest outputs are 5 and 3 tokens: the prefill gives each its first
     # token, then 4 and 2 one-token calls at batch 4

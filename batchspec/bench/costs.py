@@ -46,6 +46,20 @@ def _timed_call(model, ids, cache, n: int, context: int) -> float:
     return seconds
 
 
+def _interleaved(cells: list, time_cell, repeats: int) -> dict:
+    """``{cell: median seconds}``: ``time_cell(cell)`` for every cell once per
+    pass, passes interleaved, the first pass untimed, each cell the median
+    of its ``repeats`` counted passes (a slow moment of a shared machine
+    moves every cell a little rather than one cell a lot)."""
+    times: dict = {cell: [] for cell in cells}
+    for done in range(repeats + 1):
+        for cell in cells:
+            seconds = time_cell(cell)
+            if done:
+                times[cell].append(seconds)
+    return {cell: statistics.median(t) for cell, t in times.items()}
+
+
 #: Tokens per target call that are measured; the others interpolate.
 MEASURED_TOKENS = (1, 2, 3, 5, AUTO_MAX_K + 1)
 
@@ -71,15 +85,14 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     cells = [("draft", b, 1) for b in batches] + [("target", b, n) for b in batches for n in tokens]
     models = {"target": target, "draft": draft}
     prepared = {(name, b): _prefilled(models[name], b, context, max(tokens)) for name, b, _ in cells}
-    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
-    for done in range(repeats + 1):
-        for name, b, n in cells:
-            call = (models[name], *prepared[(name, b)], n, context)
-            _timed_call(*call)  # warm for this shape
-            seconds = min(_timed_call(*call), _timed_call(*call))
-            if done:
-                times[(name, b, n)].append(seconds)
-    median = {cell: statistics.median(t) for cell, t in times.items()}
+
+    def warm(cell) -> float:
+        name, b, n = cell
+        call = (models[name], *prepared[(name, b)], n, context)
+        _timed_call(*call)  # warm for this shape
+        return min(_timed_call(*call), _timed_call(*call))
+
+    median = _interleaved(cells, warm, repeats)
     return Costs(draft={b: median[("draft", b, 1)] for b in batches},
                  target={b: {n: median[("target", b, n)] for n in tokens} for b in batches})
 
@@ -109,13 +122,8 @@ def measure_prefill(models: dict, batches: dict[int, list[list[list[int]]]], rep
     ``repeats`` passes.
     """
     cells = [(name, b, i) for b, group in sorted(batches.items()) for i in range(len(group)) for name in models]
-    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
-    for done in range(repeats + 1):
-        for name, b, i in cells:
-            seconds = _prefill_call(models[name], batches[b][i])
-            if done:
-                times[(name, b, i)].append(seconds)
+    median = _interleaved(cells, lambda cell: _prefill_call(models[cell[0]], batches[cell[1]][cell[2]]), repeats)
     out: dict = {b: {name: 0.0 for name in models} for b in batches}
-    for (name, b, _), t in times.items():
-        out[b][name] += statistics.median(t)
+    for (name, b, _), seconds in median.items():
+        out[b][name] += seconds
     return out

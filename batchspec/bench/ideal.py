@@ -19,13 +19,13 @@ from __future__ import annotations
 from ..reference.draft_policy import Costs
 
 
-def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: float = 0.0) -> float:
+def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: float) -> float:
     """``steps``: per static batch of ``batch`` prompts, its longest output;
     ``prefill``: the target's prefill of those batches, in seconds."""
     return prefill + sum(max(n - 1, 0) * costs.target_call(batch, 1) for n in steps)
 
 
-def ideal_speculative_seconds(costs: Costs, rounds, prefill: float = 0.0) -> float:
+def ideal_speculative_seconds(costs: Costs, rounds, prefill: float) -> float:
     """``rounds``: the run's round records (rows, ``k'``, each ``m_i``);
     ``prefill``: the target's and the draft's prefill, in seconds."""
     total = prefill
