@@ -5,6 +5,7 @@ arguments rejected in one line. About 15 s."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -135,3 +136,24 @@ def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
     assert order == [c for c in cells for _ in range(3)] * 4  # one untimed pass, then three, each over every cell
     assert table.target[2][3] == pytest.approx(1.52)  # median of 1.50, 100.51, 1.52: the faster timed call
     assert table.target[1][1] == pytest.approx(1.51) and table.draft[2] == pytest.approx(1.51)
+
+
+def test_ratios_to_generate_are_paired_pass_by_pass():
+    """``vs generate`` is the median of per-pass ratios: a machine that slows
+    down for one whole pass (both runs of it) moves nothing, where a ratio of
+    medians taken over different passes would."""
+    from batchspec.bench import report
+    from batchspec.bench.run import Case, Cell
+
+    # pass 2 is slow for everything (drift); ours is 0.8 of generate's time in every pass
+    generate = Cell(Case("generate", 4), 4, seconds=[1.0, 1.1, 3.0, 1.2, 1.3])
+    ours = Cell(Case("eqspec", 4, 4), 4, seconds=[0.8 * s for s in generate.seconds])
+    ours.seconds[0], ours.seconds[3] = 0.9, 1.0  # two passes where ours was slower: 1/0.9 and 1.2/1.0
+    row = {r["method"]: r for r in report.rows([generate, ours])}["eqspec"]
+    assert row["vs_generate"] == pytest.approx(1.25)  # median of 1.11, 1.25, 1.25, 1.2, 1.25
+    assert row["vs_generate_range"] == pytest.approx([1.0 / 0.9, 1.25])
+    assert row["seconds"] == ours.seconds
+    unpaired = statistics.median(generate.seconds) / statistics.median(ours.seconds)
+    assert unpaired != pytest.approx(row["vs_generate"])  # the ratio of medians would read 1.2
+    with pytest.raises(ValueError, match="not paired"):
+        report.rows([generate, Cell(Case("eqspec", 4, 4), 4, seconds=[1.0, 1.0])])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 
 import torch
 
@@ -12,18 +13,31 @@ from ..stats import PHASES
 MB = 1 << 20
 
 
+def paired(reference: list[float], seconds: list[float]) -> list[float]:
+    """``reference[n] / seconds[n]`` for each interleaved pass ``n``: each cell's
+    ratio to ``generate`` from the two runs of the same pass, seconds apart,
+    so that the machine's drift between passes (±20% on the 2-core CPU) cancels
+    instead of entering as a ratio of medians taken at different moments."""
+    if len(reference) != len(seconds):
+        raise ValueError(f"{len(reference)} passes of generate against {len(seconds)}: not paired")
+    return [r / s for r, s in zip(reference, seconds)]
+
+
 def rows(cells) -> list[dict]:
-    """One row per cell, with ratios to ``generate`` at the same batch size."""
+    """One row per cell, with ratios to ``generate`` at the same batch size:
+    the median over passes of the paired ratio, and its range."""
     base = {c.case.batch: c for c in cells if c.case.method == "generate"}
     out = []
     for c in sorted(cells, key=lambda c: (c.case.batch, c.case.method, str(c.case.k))):
         ref = base.get(c.case.batch)
-        speedup = ref.median / c.median if ref else None
+        ratios = paired(ref.seconds, c.seconds) if ref else None
+        speedup = statistics.median(ratios) if ratios else None
         row = {
             "batch": c.case.batch, "method": c.case.method, "k": c.case.k, "prompts": c.prompts,
             "tokens": c.tokens, "tok_per_s": c.tokens_per_second, "median_s": c.median,
-            "min_s": min(c.seconds), "max_s": max(c.seconds), "repeats": len(c.seconds),
-            "vs_generate": speedup, "ideal": c.ideal_speedup,
+            "min_s": min(c.seconds), "max_s": max(c.seconds), "repeats": len(c.seconds), "seconds": list(c.seconds),
+            "vs_generate": speedup, "vs_generate_range": [min(ratios), max(ratios)] if ratios else None,
+            "ideal": c.ideal_speedup,
             "achieved_over_ideal": speedup / c.ideal_speedup if speedup and c.ideal_speedup else None,
             "exact": f"{c.prompts - len(c.mismatches)}/{c.prompts}", "mismatches": c.mismatches,
             "peak_mb": c.peak_bytes / MB if c.peak_bytes is not None else None,
@@ -42,17 +56,21 @@ def rows(cells) -> list[dict]:
 
 
 COLUMNS = (("batch", "B", "{}"), ("method", "method", "{}"), ("k", "k", "{}"), ("tok_per_s", "tok/s", "{:.0f}"),
-           ("spread", "spread", "{}"), ("vs_generate", "vs generate", "{:.2f}"), ("ideal", "ideal", "{:.2f}"),
+           ("spread", "spread", "{}"), ("vs_generate", "vs generate", "{:.2f}"),
+           ("paired", "paired range", "{}"), ("ideal", "ideal", "{:.2f}"),
            ("achieved_over_ideal", "achieved/ideal", "{:.0%}"), ("in_calls", "in calls", "{:.0%}"),
            ("align_share", "align", "{:.1%}"),
            ("group_rate", "groups", "{:.0%}"), ("peak_mb", "peak MB", "{:.1f}"), ("exact", "exact", "{}"))
 
 
 def table(table_rows: list[dict]) -> str:
-    """A plain-text table; ``spread`` is (max - min) / median over the repeats."""
+    """A plain-text table; ``spread`` is (max - min) / median over the repeats,
+    ``paired range`` the smallest and largest per-pass ratio to ``generate``."""
     lines = []
     for r in table_rows:
-        r = dict(r, spread=f"±{(r['max_s'] - r['min_s']) / r['median_s'] / 2:.0%}")
+        span = r.get("vs_generate_range")
+        r = dict(r, spread=f"±{(r['max_s'] - r['min_s']) / r['median_s'] / 2:.0%}",
+                 paired=f"{span[0]:.2f}-{span[1]:.2f}" if span and r["method"] != "generate" else None)
         lines.append([fmt.format(r[key]) if r.get(key) is not None else "-" for key, _, fmt in COLUMNS])
     heads = [head for _, head, _ in COLUMNS]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(heads)]

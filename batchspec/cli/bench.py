@@ -104,7 +104,8 @@ def main(args) -> int:
         print(json.dumps(document, indent=1, default=str))
     else:
         print(f"{pair.name} ({document['dtype']}) on {pair.target.device}, {torch.get_num_threads()} thread(s), "
-              f"{args.max_new_tokens} new tokens, median of {args.repeats}; vs generate = its time / ours")
+              f"{args.max_new_tokens} new tokens, median of {args.repeats}; vs generate = its time / ours, "
+              "median over passes of the pair timed in the same pass")
         print(report.table(table_rows))
         if args.json:
             with open(args.json, "w") as f:
