@@ -127,3 +127,17 @@ def measure_prefill(models: dict, batches: dict[int, list[list[list[int]]]], rep
     for (name, b, _), seconds in median.items():
         out[b][name] += seconds
     return out
+
+
+def median_costs(tables: list[Costs]) -> Costs:
+    """Cell by cell, the median of several tables of the same cells (one per
+    pass of the benchmark), for the record."""
+    first = tables[0]
+    return Costs(draft={b: statistics.median(t.draft[b] for t in tables) for b in first.draft},
+                 target={b: {n: statistics.median(t.target[b][n] for t in tables) for n in row}
+                         for b, row in first.target.items()})
+
+
+def median_prefill(tables: list[dict]) -> dict:
+    """``{batch: {model: seconds}}``, the median over tables of :func:`measure_prefill`."""
+    return {b: {name: statistics.median(t[b][name] for t in tables) for name in row} for b, row in tables[0].items()}

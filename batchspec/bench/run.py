@@ -17,7 +17,7 @@ import batchspec
 from ..reference.draft_policy import AUTO_MAX_K
 from ..testing import reference_greedy
 from . import peers
-from .costs import measure_costs, measure_prefill
+from .costs import measure_costs, measure_prefill, median_costs, median_prefill
 from .ideal import ideal_generate_seconds, ideal_speculative_seconds
 from .memory import peak_bytes
 
@@ -50,10 +50,16 @@ class Cell:
     tokens: int = 0
     mismatches: list[int] = field(default_factory=list)  # prompt indices whose output differs
     stats: dict | None = None  # ours: the last repeat's Stats.as_dict()
-    per_round: list | None = None
+    per_round: list | None = None  # the last repeat's round records
+    rounds: list = field(default_factory=list)  # ours: each counted pass's round records
     peak_bytes: int | None = None
-    ideal_speedup: float | None = None
-    call_seconds: float | None = None  # the run priced as its forward calls alone (zero bookkeeping)
+    priced: list[float] = field(default_factory=list)  # per pass: the run priced as its forward calls alone
+    ideals: list[float] = field(default_factory=list)  # per pass: the ideal speedup, priced with that pass's costs
+
+    @property
+    def ideal_speedup(self) -> float | None:
+        """The median over passes of the ideal speedup (None for a peer)."""
+        return statistics.median(self.ideals) if self.ideals else None
 
     @property
     def median(self) -> float:
@@ -117,6 +123,15 @@ class Plan:
     warmup: int = 1  # untimed interleaved passes first: lazy initialisation and first-shape costs are not timed
 
 
+@dataclass(frozen=True)
+class Price:
+    """A schedule entry: time the forward costs and the prefills once, at the
+    start of a counted pass, so that each pass is priced with costs measured
+    in it (the machine drifts by ±20% between passes on the 2-core CPU)."""
+
+    pass_index: int
+
+
 def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     """Run the plan; return cells, forward costs and the reference outputs."""
     count = max(max(plan.batches) * plan.prompts_per_batch, plan.min_prompts)
@@ -125,9 +140,17 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         expected = [reference_greedy(pair.target, p, plan.max_new_tokens, pair.eos_token_id) for p in pool]
     cases = grid(plan.methods, plan.batches, plan.ks)
     cells = {c: Cell(c, max(c.batch * plan.prompts_per_batch, plan.min_prompts)) for c in cases}
+    priced = pair.draft is not None
+    prices: list[tuple] = []  # per counted pass: (Costs, {batch: {model: prefill seconds}})
     # interleaved: every case once per pass; the warm-up passes are checked but not timed
-    schedule = [(c, n >= plan.warmup) for n in range(plan.warmup + plan.repeats) for c in cases]
+    schedule = []
+    for n in range(plan.warmup + plan.repeats):
+        timed = n >= plan.warmup
+        schedule += ([(Price(n), True)] if timed and priced else []) + [(c, timed) for c in cases]
     for case, timed in progress(schedule, len(schedule)):
+        if isinstance(case, Price):
+            prices.append((_costs(pair, plan, pool), _prefill(pair, plan, pool, cells)))
+            continue
         prompts = pool[: cells[case].prompts]
         seqs, seconds, stats = run_case(pair, case, prompts, plan.max_new_tokens)
         cell = cells[case]
@@ -139,28 +162,36 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         cell.tokens = sum(map(len, seqs))
         if stats is not None:
             cell.stats, cell.per_round = stats.as_dict(), stats.per_round
-    costs = _costs(pair, plan, pool)  # before the memory pass: it changes how the allocator returns memory
-    prefill = _prefill(pair, plan, pool, cells) if costs is not None else None
-    if plan.memory:
+            cell.rounds.append(stats.per_round)
+    if plan.memory:  # last: it changes how the allocator returns memory
         for case in progress(cases, len(cases)):
             _, cells[case].peak_bytes = peak_bytes(
                 lambda c=case: run_case(pair, c, pool[: cells[c].prompts], plan.max_new_tokens), pair.target.device)
-    for cell in cells.values() if costs is not None else ():
-        generate_steps = [max(len(s) for s in expected[i:i + cell.case.batch])
-                          for i in range(0, cell.prompts, cell.case.batch)]
-        paid = prefill[cell.case.batch]  # {"target": s, "draft": s}
-        priced_generate = ideal_generate_seconds(costs, generate_steps, cell.case.batch, paid["target"])
-        if cell.case.method == "generate":
-            cell.call_seconds = priced_generate
-        elif cell.per_round and cell.case.method in ("eqspec", "exspec"):
-            cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round, paid["target"] + paid["draft"])
-            cell.ideal_speedup = priced_generate / cell.call_seconds
+    for cell in cells.values() if priced else ():
+        _price_cell(cell, prices, expected)
+    costs = median_costs([c for c, _ in prices]) if priced else None
+    prefill = median_prefill([p for _, p in prices]) if priced else None
     return {"cells": list(cells.values()), "costs": costs, "prefill": prefill, "expected": expected}
 
 
-#: Interleaved passes over the cost table: its cells are ratios' terms, and one slow moment in a
-#: 2-call median moved a batch size's ideal by a third on the 2-core machine (1.23 then 1.62 at batch 8).
-COST_REPEATS = 7
+def _price_cell(cell: Cell, prices: list[tuple], expected: list[list[int]]) -> None:
+    """Each counted pass of ``cell`` priced with the costs measured in that
+    pass: its forward calls alone, and for ours the ideal speedup."""
+    b = cell.case.batch
+    generate_steps = [max(len(s) for s in expected[i:i + b]) for i in range(0, cell.prompts, b)]
+    for n, (costs, prefill) in enumerate(prices):
+        paid = prefill[b]  # {"target": s, "draft": s}
+        priced_generate = ideal_generate_seconds(costs, generate_steps, b, paid["target"])
+        if cell.case.method == "generate":
+            cell.priced.append(priced_generate)
+        elif cell.rounds and cell.case.method in ("eqspec", "exspec"):
+            cell.priced.append(ideal_speculative_seconds(costs, cell.rounds[n], paid["target"] + paid["draft"]))
+            cell.ideals.append(priced_generate / cell.priced[-1])
+
+
+#: Interleaved passes over the cost table in each counted pass of the grid (one untimed pass first):
+#: its cells are ratios' terms, and each pass's ideal is then a median over passes.
+COST_REPEATS = 1
 
 
 def _costs(pair, plan: Plan, pool):
@@ -179,4 +210,4 @@ def _prefill(pair, plan: Plan, pool, cells) -> dict:
     prompts its cells decode (every cell of a batch size decodes the same)."""
     prompts = {c.batch: cells[c].prompts for c in cells}
     batches = {b: [pool[i:i + b] for i in range(0, n, b)] for b, n in prompts.items()}
-    return measure_prefill({"target": pair.target, "draft": pair.draft}, batches, repeats=COST_REPEATS // 2)
+    return measure_prefill({"target": pair.target, "draft": pair.draft}, batches, repeats=COST_REPEATS)
