@@ -26,15 +26,15 @@ def paired(reference: list[float], seconds: list[float]) -> list[float]:
 def rows(cells) -> list[dict]:
     """One row per cell, with ratios to ``generate`` at the same batch size:
     the median over passes of the paired ratio, and its range; the ideal,
-    achieved/ideal and ``in calls`` are medians over passes too, each pass
-    priced with the forward costs measured in it."""
+    achieved/ideal (the pass's paired ratio over its ideal) and ``in calls``
+    are medians over passes too."""
     base = {c.case.batch: c for c in cells if c.case.method == "generate"}
     out = []
     for c in sorted(cells, key=lambda c: (c.case.batch, c.case.method, str(c.case.k))):
         ref = base.get(c.case.batch)
         ratios = paired(ref.seconds, c.seconds) if ref else None
         speedup = statistics.median(ratios) if ratios else None
-        # per pass: the paired ratio over that pass's ideal; the priced calls over the measured time
+        # per pass: the paired ratio over the ideal for that pass's rounds; the priced calls over the measured time
         achieved = [r / i for r, i in zip(ratios, c.ideals)] if ratios and c.ideals else None
         in_calls = [p / s for p, s in zip(c.priced, c.seconds)] if c.priced else None
         row = {

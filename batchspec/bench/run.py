@@ -54,7 +54,7 @@ class Cell:
     rounds: list = field(default_factory=list)  # ours: each counted pass's round records
     peak_bytes: int | None = None
     priced: list[float] = field(default_factory=list)  # per pass: the run priced as its forward calls alone
-    ideals: list[float] = field(default_factory=list)  # per pass: the ideal speedup, priced with that pass's costs
+    ideals: list[float] = field(default_factory=list)  # per pass: the ideal speedup for that pass's rounds
 
     @property
     def ideal_speedup(self) -> float | None:
@@ -126,8 +126,9 @@ class Plan:
 @dataclass(frozen=True)
 class Price:
     """A schedule entry: time the forward costs and the prefills once, at the
-    start of a counted pass, so that each pass is priced with costs measured
-    in it (the machine drifts by ±20% between passes on the 2-core CPU)."""
+    start of a counted pass, so that the table is sampled over the same
+    stretch of time as the runs it prices (the machine drifts by ±20% within
+    a run on the 2-core CPU), not after them."""
 
     pass_index: int
 
@@ -167,21 +168,24 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         for case in progress(cases, len(cases)):
             _, cells[case].peak_bytes = peak_bytes(
                 lambda c=case: run_case(pair, c, pool[: cells[c].prompts], plan.max_new_tokens), pair.target.device)
-    for cell in cells.values() if priced else ():
-        _price_cell(cell, prices, expected)
     costs = median_costs([c for c, _ in prices]) if priced else None
     prefill = median_prefill([p for _, p in prices]) if priced else None
+    for cell in cells.values() if priced else ():
+        _price_cell(cell, costs, prefill, expected)
     return {"cells": list(cells.values()), "costs": costs, "prefill": prefill, "expected": expected}
 
 
-def _price_cell(cell: Cell, prices: list[tuple], expected: list[list[int]]) -> None:
-    """Each counted pass of ``cell`` priced with the costs measured in that
-    pass: its forward calls alone, and for ours the ideal speedup."""
+def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> None:
+    """Each counted pass of ``cell`` priced with the median table of the
+    passes: its forward calls alone, and for ours the ideal speedup for the
+    rounds that pass made. (Pricing each pass with its own table instead
+    only added the table's jitter: one run so priced put ``generate``'s
+    calls at 130% of its measured time at batch 1.)"""
     b = cell.case.batch
     generate_steps = [max(len(s) for s in expected[i:i + b]) for i in range(0, cell.prompts, b)]
-    for n, (costs, prefill) in enumerate(prices):
-        paid = prefill[b]  # {"target": s, "draft": s}
-        priced_generate = ideal_generate_seconds(costs, generate_steps, b, paid["target"])
+    paid = prefill[b]  # {"target": s, "draft": s}
+    priced_generate = ideal_generate_seconds(costs, generate_steps, b, paid["target"])
+    for n in range(len(cell.seconds)):
         if cell.case.method == "generate":
             cell.priced.append(priced_generate)
         elif cell.rounds and cell.case.method in ("eqspec", "exspec"):
@@ -189,8 +193,8 @@ def _price_cell(cell: Cell, prices: list[tuple], expected: list[list[int]]) -> N
             cell.ideals.append(priced_generate / cell.priced[-1])
 
 
-#: Interleaved passes over the cost table in each counted pass of the grid (one untimed pass first):
-#: its cells are ratios' terms, and each pass's ideal is then a median over passes.
+#: Passes over the cost table in each counted pass of the grid (after one untimed pass); the
+#: table that prices the runs is the cell-by-cell median over the grid's passes.
 COST_REPEATS = 1
 
 
