@@ -96,9 +96,18 @@ class AutoK:
 
     def observe(self, drafted: int, accepted: list[int]) -> None:
         if drafted == 0:
-            return  # a round without drafts says nothing about acceptance
+            return  # a round without drafts tried none (its probe, if any, comes through probe())
         self.accepted += sum(accepted)
         self.tried += sum(m + (m < drafted) for m in accepted)
+
+    def probe(self, matches: list[int]) -> None:
+        """A greedy round without drafts: per row, 1 if the draft's choice
+        after the newest token (the catch-up's logits, computed anyway)
+        equals the token the target committed, i.e. one first-slot try.
+        Without it ``k = 0`` would be absorbing: no tries, a frozen
+        estimate, the same choice every round at that batch size."""
+        self.accepted += sum(matches)
+        self.tried += len(matches)
 
 
 def draft_length(k, batch: int) -> int:
@@ -107,6 +116,10 @@ def draft_length(k, batch: int) -> int:
 
 
 def observe_round(k, record) -> None:
-    """Tell a policy what the round it chose did (no-op for a fixed ``k``)."""
+    """Tell a policy what the round it chose did (no-op for a fixed ``k``),
+    and, where the round probed acceptance without drafting and the policy
+    takes it (``probe``), what the probe saw."""
     if not isinstance(k, int):
         k.observe(record.drafted, record.accepted)
+        if getattr(record, "probed", None) is not None and hasattr(k, "probe"):
+            k.probe(record.probed)

@@ -52,6 +52,7 @@ class RoundRecord:
     moved: bool  # a realignment gather ran (some δ_i != 0 or a row left)
     wasted: list[int] | None = None  # verified tokens thrown away per row (rollback baseline)
     alpha: list[list[float]] | None = None  # per row, Σ min(p, q) at each drafted slot (sampling)
+    probed: list[int] | None = None  # greedy k' = 0: per row, 1 if a one-token draft would have been accepted
 
 
 @dataclass
@@ -99,6 +100,7 @@ class Speculation:
     eos_hit: torch.Tensor  # [B] bool
     finished: torch.Tensor  # [B] bool
     committed: list[list[int]]  # the a_i tokens of each row
+    probed: list[int] | None = None  # greedy k' = 0: the catch-up's free acceptance probe (Spec §4.2.2)
 
 
 def speculate(models, state: BatchState, k, max_new_tokens, eos,
@@ -126,11 +128,14 @@ def speculate(models, state: BatchState, k, max_new_tokens, eos,
     yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed, sampled=rnd.record())
     # 3. Greedy: a staying row that accepted all k' drafts (every row when k' = 0) needs the last fed
     # token's KV (Spec §4.2.1); a sampled round ran its catch-up before verifying.
+    probed = None
     if models.draft is not None and rnd.sampler is None and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
         calls = []
-        steps.catch_up(models, state, rnd, calls)
+        after = steps.catch_up(models, state, rnd, calls)  # [B, 1, V]
+        if rnd.k == 0 and after is not None:  # the draft's choice after the newest token, against the target's
+            probed = (after[:, -1].argmax(-1) == verdict.proposal[:, 0]).long().tolist()
         yield Event("draft", "draft", state, calls, rnd.drafts)
-    return Speculation(rnd, verdict, a, eos_hit, finished, committed)
+    return Speculation(rnd, verdict, a, eos_hit, finished, committed, probed)
 
 
 def alphas(verdict) -> list[list[float]] | None:
@@ -155,7 +160,7 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished, state.width)
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
                          spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0,
-                         alpha=alphas(spec.verdict))
+                         alpha=alphas(spec.verdict), probed=spec.probed)
     observe_round(k, record)
     if plan.rows.numel() == 0:  # every row finished: nothing left to align
         state.tokens = state.tokens[:0]

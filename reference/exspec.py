@@ -108,7 +108,8 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     record = ExspecRecord(round=pool.round, requests=list(state.requests), drafted=spec.rnd.k,
                           accepted=verdict.accepted_drafts.tolist(), committed=a.tolist(),
                           width=state.width, moved=realigned, grouped=not realigned,
-                          padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict))
+                          padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict),
+                          probed=spec.probed)
     observe_round(k, record)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
     state.tokens = state.tokens[:0]  # the formed batch dissolves
     if not pool.active:  # nothing left to form a batch from: let its storage go

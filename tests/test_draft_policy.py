@@ -125,3 +125,54 @@ def test_sampled_rounds_of_any_k_equal_the_per_position_reference(pairs, method)
                 for r, p in enumerate(prompts)]
     assert [outputs[r].tokens for r in range(len(prompts))] == expected
     assert 0 in policy.seen
+
+
+def test_plain_decoding_is_not_absorbing_the_probe_moves_the_estimate():
+    """At ``k = 0`` no draft is tried, so without the catch-up's probe the
+    estimate would freeze and ``auto`` would choose 0 for ever at that batch
+    size; the probe's first-slot tries move it, and drafting resumes."""
+    costs = flat_costs(0.2, 1.0, 1.0)  # a verify token costs as much as the call: drafting needs a high alpha
+    assert best_k(costs, 4, alpha=0.0) == 0 and best_k(costs, 4, alpha=0.9) > 0
+    policy = AutoK(costs)
+    policy.observe(4, [0, 0, 0, 0] * 3)  # every first draft rejected: alpha 2 / 16
+    assert policy.choose(4) == 0
+    for _ in range(5):
+        policy.observe(0, [0, 0, 0, 0])  # a round without drafts: nothing tried
+    assert policy.choose(4) == 0  # frozen, as it was before the probe existed
+    for _ in range(10):
+        policy.probe([1, 1, 1, 1])  # the draft's choice matched the target's in every row
+    assert policy.alpha == pytest.approx((0 + 2 + 40) / (12 + 4 + 40))
+    assert policy.choose(4) > 0
+
+
+class Probing(Scripted):
+    """A scripted policy that also takes the probe of its k' = 0 rounds."""
+
+    def __init__(self, ks):
+        super().__init__(ks)
+        self.probes = []
+
+    def probe(self, matches):
+        self.probes.append((self.seen[-1], list(matches)))
+
+
+@pytest.mark.parametrize("method", ["eqspec", "exspec"])
+def test_rounds_without_drafts_probe_acceptance_from_the_catch_up(pairs, method):
+    """A draft that is the target agrees at every probe; an unrelated one
+    does not; only k' = 0 rounds probe, one entry per row of the round."""
+    seen = {}
+    for kind in ("self", "unrelated"):
+        target, draft = pairs("llama", kind)
+        policy = Probing([0, 2])
+        config = DecodeConfig(k=policy, max_new_tokens=NEW, eos=None, batch_size=3)
+        stats = Stats(method)
+        with torch.no_grad():
+            for decoder in METHODS[method].decoders(Models(target, draft), PROMPTS, config):
+                drive(decoder, stats, True, None, [], target.device)
+        zero = [r for r in stats.per_round if r.drafted == 0]
+        assert zero and all(r.probed is not None and len(r.probed) == len(r.requests) for r in zero)
+        assert all(r.probed is None for r in stats.per_round if r.drafted)
+        assert [m for _, m in policy.probes] == [r.probed for r in zero] and {d for d, _ in policy.probes} == {0}
+        seen[kind] = [m for r in zero for m in r.probed]
+    assert set(seen["self"]) == {1}
+    assert 0 in seen["unrelated"]
