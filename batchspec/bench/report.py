@@ -25,28 +25,23 @@ def paired(reference: list[float], seconds: list[float]) -> list[float]:
 
 def rows(cells) -> list[dict]:
     """One row per cell, with ratios to ``generate`` at the same batch size:
-    the median over passes of the paired ratio, and its range; the ideal,
-    achieved/ideal (the pass's paired ratio over its ideal) and ``in calls``
-    are medians over passes too."""
+    the median over passes of the paired ratio, and its range."""
     base = {c.case.batch: c for c in cells if c.case.method == "generate"}
     out = []
     for c in sorted(cells, key=lambda c: (c.case.batch, c.case.method, str(c.case.k))):
         ref = base.get(c.case.batch)
         ratios = paired(ref.seconds, c.seconds) if ref else None
         speedup = statistics.median(ratios) if ratios else None
-        # per pass: the paired ratio over the ideal for that pass's rounds; the priced calls over the measured time
-        achieved = [r / i for r, i in zip(ratios, c.ideals)] if ratios and c.ideals else None
-        in_calls = [p / s for p, s in zip(c.priced, c.seconds)] if c.priced else None
         row = {
             "batch": c.case.batch, "method": c.case.method, "k": c.case.k, "prompts": c.prompts,
             "tokens": c.tokens, "tok_per_s": c.tokens_per_second, "median_s": c.median,
             "min_s": min(c.seconds), "max_s": max(c.seconds), "repeats": len(c.seconds), "seconds": list(c.seconds),
             "vs_generate": speedup, "vs_generate_range": [min(ratios), max(ratios)] if ratios else None,
             "ideal": c.ideal_speedup,
-            "achieved_over_ideal": statistics.median(achieved) if achieved else None,
+            "achieved_over_ideal": speedup / c.ideal_speedup if speedup and c.ideal_speedup else None,
             "exact": f"{c.prompts - len(c.mismatches)}/{c.prompts}", "mismatches": c.mismatches,
             "peak_mb": c.peak_bytes / MB if c.peak_bytes is not None else None,
-            "in_calls": statistics.median(in_calls) if in_calls else None, "ideals": list(c.ideals),
+            "in_calls": c.call_seconds / c.median if c.call_seconds else None,
         }
         if c.stats:
             decode = sum(c.stats["phase_seconds"].values()) or 1.0

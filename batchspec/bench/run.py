@@ -50,16 +50,10 @@ class Cell:
     tokens: int = 0
     mismatches: list[int] = field(default_factory=list)  # prompt indices whose output differs
     stats: dict | None = None  # ours: the last repeat's Stats.as_dict()
-    per_round: list | None = None  # the last repeat's round records
-    rounds: list = field(default_factory=list)  # ours: each counted pass's round records
+    per_round: list | None = None  # the last repeat's round records (greedy: every repeat's)
     peak_bytes: int | None = None
-    priced: list[float] = field(default_factory=list)  # per pass: the run priced as its forward calls alone
-    ideals: list[float] = field(default_factory=list)  # per pass: the ideal speedup for that pass's rounds
-
-    @property
-    def ideal_speedup(self) -> float | None:
-        """The median over passes of the ideal speedup (None for a peer)."""
-        return statistics.median(self.ideals) if self.ideals else None
+    ideal_speedup: float | None = None
+    call_seconds: float | None = None  # the run priced as its forward calls alone (zero bookkeeping)
 
     @property
     def median(self) -> float:
@@ -130,8 +124,6 @@ class Price:
     stretch of time as the runs it prices (the machine drifts by ±20% within
     a run on the 2-core CPU), not after them."""
 
-    pass_index: int
-
 
 def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     """Run the plan; return cells, forward costs and the reference outputs."""
@@ -147,7 +139,7 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     schedule = []
     for n in range(plan.warmup + plan.repeats):
         timed = n >= plan.warmup
-        schedule += ([(Price(n), True)] if timed and priced else []) + [(c, timed) for c in cases]
+        schedule += ([(Price(), True)] if timed and priced else []) + [(c, timed) for c in cases]
     for case, timed in progress(schedule, len(schedule)):
         if isinstance(case, Price):
             prices.append((_costs(pair, plan, pool), _prefill(pair, plan, pool, cells)))
@@ -163,7 +155,6 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         cell.tokens = sum(map(len, seqs))
         if stats is not None:
             cell.stats, cell.per_round = stats.as_dict(), stats.per_round
-            cell.rounds.append(stats.per_round)
     if plan.memory:  # last: it changes how the allocator returns memory
         for case in progress(cases, len(cases)):
             _, cells[case].peak_bytes = peak_bytes(
@@ -176,21 +167,21 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
 
 
 def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> None:
-    """Each counted pass of ``cell`` priced with the median table of the
-    passes: its forward calls alone, and for ours the ideal speedup for the
-    rounds that pass made. (Pricing each pass with its own table instead
-    only added the table's jitter: one run so priced put ``generate``'s
-    calls at 130% of its measured time at batch 1.)"""
+    """``cell`` priced with the median table of the passes: its forward calls
+    alone, and for ours the ideal speedup for its rounds (greedy rounds, and
+    the ``"auto"`` choices over one process's calibration, are the same in
+    every pass). Pricing each pass with its own table instead only added
+    the table's jitter: one run so priced put ``generate``'s calls at 130%
+    of its measured time at batch 1."""
     b = cell.case.batch
     generate_steps = [max(len(s) for s in expected[i:i + b]) for i in range(0, cell.prompts, b)]
     paid = prefill[b]  # {"target": s, "draft": s}
     priced_generate = ideal_generate_seconds(costs, generate_steps, b, paid["target"])
-    for n in range(len(cell.seconds)):
-        if cell.case.method == "generate":
-            cell.priced.append(priced_generate)
-        elif cell.rounds and cell.case.method in ("eqspec", "exspec"):
-            cell.priced.append(ideal_speculative_seconds(costs, cell.rounds[n], paid["target"] + paid["draft"]))
-            cell.ideals.append(priced_generate / cell.priced[-1])
+    if cell.case.method == "generate":
+        cell.call_seconds = priced_generate
+    elif cell.per_round and cell.case.method in ("eqspec", "exspec"):
+        cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round, paid["target"] + paid["draft"])
+        cell.ideal_speedup = priced_generate / cell.call_seconds
 
 
 #: Passes over the cost table in each counted pass of the grid (after one untimed pass); the
