@@ -24,6 +24,9 @@ class Verdict:
     # [B, k'] Σ min(p, q) per drafted slot (sampling only); keyword-only, so that a
     # subclass's positional fields (the rollback baseline's) keep their place
     alpha: torch.Tensor | None = field(default=None, kw_only=True)
+    # [B] sampling with k' = 0: 1 where the rule accepted the draft's own draw at the one
+    # slot, a first-slot try that costs nothing (Spec §4.2.2); None otherwise
+    probed: torch.Tensor | None = field(default=None, kw_only=True)
 
 
 def greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
@@ -60,10 +63,12 @@ def sampled(rnd, target_logits: torch.Tensor) -> Verdict:
     position ``t = c_i + j`` from the target's ``p`` at input ``j`` and the
     draft's ``q`` at that slot (``rnd.draft_logits[k']`` comes from the
     catch-up call the sampled round makes before verifying). ``m_i`` is the
-    number of leading slots whose draft was accepted.
+    number of leading slots whose draft was accepted. With ``k' = 0`` the
+    one slot's draw from ``q`` is a first-slot try, and whether the rule
+    accepted it is returned as ``probed`` (Spec §4.2.2).
     """
     sampler, k = rnd.sampler, rnd.drafts.shape[1]
-    decided, alpha, agree = [], [], []
+    decided, alpha, agree, probed = [], [], [], None
     for j in range(k + 1):
         positions = (rnd.start + j).tolist()
         p = sampler.p(target_logits[:, j])  # [B, V]
@@ -76,10 +81,12 @@ def sampled(rnd, target_logits: torch.Tensor) -> Verdict:
         if j < k:
             agree.append(ok.long())
             alpha.append(torch.minimum(p, q).sum(-1))
+        elif k == 0 and q is not None:
+            probed = ok.long()
     decided = torch.stack(decided, dim=1)  # [B, k'+1]
     accepted = torch.stack(agree, 1).cumprod(1).sum(1) if k else decided.new_zeros(decided.shape[0])
     alpha = torch.stack(alpha, 1) if k else None
-    return Verdict(accepted, _propose(rnd.drafts, decided, accepted), alpha=alpha)
+    return Verdict(accepted, _propose(rnd.drafts, decided, accepted), alpha=alpha, probed=probed)
 
 
 def commit_counts(verdict: Verdict, budget: torch.Tensor, eos: torch.Tensor | None):

@@ -101,9 +101,11 @@ class AutoK:
         self.tried += sum(m + (m < drafted) for m in accepted)
 
     def probe(self, matches: list[int]) -> None:
-        """A greedy round without drafts: per row, 1 if the draft's choice
-        after the newest token (the catch-up's logits, computed anyway)
-        equals the token the target committed, i.e. one first-slot try.
+        """A round without drafts: per row, one first-slot try, 1 if it was
+        accepted. Greedy: the draft's choice after the newest token (the
+        catch-up's logits, computed anyway) equals the token the target
+        committed. Sampling: the rule accepted its draw from the catch-up's
+        ``q`` at the one slot it decides anyway (Spec §4.2.2).
         Without it ``k = 0`` would be absorbing: no tries, a frozen
         estimate, the same choice every round at that batch size."""
         self.accepted += sum(matches)

@@ -52,7 +52,7 @@ class RoundRecord:
     moved: bool  # a realignment gather ran (some δ_i != 0 or a row left)
     wasted: list[int] | None = None  # verified tokens thrown away per row (rollback baseline)
     alpha: list[list[float]] | None = None  # per row, Σ min(p, q) at each drafted slot (sampling)
-    probed: list[int] | None = None  # greedy k' = 0: per row, 1 if a one-token draft would have been accepted
+    probed: list[int] | None = None  # k' = 0: per row, 1 if a one-token draft would have been accepted
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Speculation:
     eos_hit: torch.Tensor  # [B] bool
     finished: torch.Tensor  # [B] bool
     committed: list[list[int]]  # the a_i tokens of each row
-    probed: list[int] | None = None  # greedy k' = 0: the catch-up's free acceptance probe (Spec §4.2.2)
+    probed: list[int] | None = None  # k' = 0: the free acceptance probe, one try per row (Spec §4.2.2)
 
 
 def speculate(models, state: BatchState, k, max_new_tokens, eos,
@@ -128,7 +128,7 @@ def speculate(models, state: BatchState, k, max_new_tokens, eos,
     yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed, sampled=rnd.record())
     # 3. Greedy: a staying row that accepted all k' drafts (every row when k' = 0) needs the last fed
     # token's KV (Spec §4.2.1); a sampled round ran its catch-up before verifying.
-    probed = None
+    probed = None if verdict.probed is None else verdict.probed.tolist()  # sampled k' = 0 (Spec §4.2.2)
     if models.draft is not None and rnd.sampler is None and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
         calls = []
         after = steps.catch_up(models, state, rnd, calls)  # [B, 1, V]

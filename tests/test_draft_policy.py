@@ -156,15 +156,20 @@ class Probing(Scripted):
         self.probes.append((self.seen[-1], list(matches)))
 
 
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("method", ["eqspec", "exspec"])
-def test_rounds_without_drafts_probe_acceptance_from_the_catch_up(pairs, method):
-    """A draft that is the target agrees at every probe; an unrelated one
-    does not; only k' = 0 rounds probe, one entry per row of the round."""
+def test_rounds_without_drafts_probe_acceptance_from_the_catch_up(pairs, method, sampled):
+    """A draft that is the target agrees at every probe (under sampling q = p,
+    so the rule accepts every draw); an unrelated one does not; only k' = 0
+    rounds probe, one entry per row of the round."""
+    from batchspec.reference.sampling import Sampler, Warping
+
     seen = {}
     for kind in ("self", "unrelated"):
         target, draft = pairs("llama", kind)
         policy = Probing([0, 2])
-        config = DecodeConfig(k=policy, max_new_tokens=NEW, eos=None, batch_size=3)
+        sampler = Sampler(Warping(1.0, None, None), {r: (7, r) for r in range(len(PROMPTS))}) if sampled else None
+        config = DecodeConfig(k=policy, max_new_tokens=NEW, eos=None, batch_size=3, sampler=sampler)
         stats = Stats(method)
         with torch.no_grad():
             for decoder in METHODS[method].decoders(Models(target, draft), PROMPTS, config):
