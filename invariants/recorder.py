@@ -117,6 +117,8 @@ class Watch:
         b, n = ids.shape
         mask = kwargs.get("attention_mask")
         mask = torch.ones((b, t + n), dtype=torch.long, device=ids.device) if mask is None else mask
+        if mask.dim() == 4:  # what the attention reads, as batchspec's own decoders pass it after prefill
+            mask = key_mask(mask, name)
         positions = kwargs.get("position_ids")
         if positions is None:  # what the model uses then: the cache slots' indices
             positions = torch.arange(t, t + n, device=ids.device).expand(b, n)
@@ -222,6 +224,25 @@ class Watch:
         lines = [head + f"{len(self.violations)} violations"]
         lines += [f"  {v}" for v in self.violations[:5]]
         return "\n".join(lines)
+
+
+def key_mask(mask: torch.Tensor, name: str) -> torch.Tensor:
+    """A ``[B, 1, n, T + n]`` attention mask (boolean, or additive: 0 where
+    attended) read as the ``[B, T + n]`` mask it expands (Spec §2.4): its
+    last input's row, which in a causal mask sees every slot the row
+    attends. A 4D mask that is not that row made causal among the inputs
+    (per head, or not causal) has no one mask per row to check against the
+    grid, and is refused with ``ValueError``."""
+    seen = mask if mask.dtype == torch.bool else mask == 0
+    rows = seen[:, 0, -1, :]  # [B, T + n]
+    n, width = seen.shape[2], seen.shape[3]
+    slots = torch.arange(width, device=mask.device)
+    causal = slots[None, :] <= slots[width - n:, None]  # [n, T + n]
+    if seen.shape[1] != 1 or not torch.equal(seen[:, 0], rows[:, None, :] & causal):
+        raise ValueError(f"watch: the {name} model was given a 4D attention mask {tuple(mask.shape)} that "
+                         "is not one row mask per sequence made causal over the inputs; pass the "
+                         "[B, T + n] mask, or that expansion of it")
+    return rows.long()
 
 
 @contextmanager
