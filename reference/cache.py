@@ -19,6 +19,8 @@ cache's padding slots, where it poisons every later row (0 x NaN = NaN).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -109,7 +111,9 @@ class StackedLayer(CacheLayerMixin):
 
     def __init__(self, store: Store, index: int):
         super().__init__()
-        self.store, self.index, self.length = store, index, 0
+        # a weak reference: the store holds its layers, and a strong one back would make a cycle that
+        # keeps the cache's tensors alive until Python's cycle collector runs, after the decode is over
+        self.store, self.index, self.length = weakref.proxy(store), index, 0
         self.rows: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [B, H, capacity, D]
 
     def view(self) -> None:

@@ -132,3 +132,41 @@ def test_eqspec_never_grows_its_caches(pairs, monkeypatch):
     batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
                        batch_size=6, eos_token_id=7)
     assert grown
+
+
+@pytest.mark.parametrize("method", ["autoregressive", "eqspec", "exspec"])
+def test_a_finished_batch_frees_its_caches_without_the_cycle_collector(pairs, monkeypatch, method):
+    """A cache's storage dies with its last reference, not at the next run of
+    Python's cycle collector: a store and its layers must not reference each
+    other strongly. With the cycle, every static batch of a ``generate``
+    call kept its caches until the collector ran, so the peak memory grew with
+    the number of batches (4 batches of one prompt: 4x the cache at batch 1).
+    Fires if the layer holds its store strongly (checked below)."""
+    import gc
+    import weakref
+
+    stores, original = [], kv.new_cache
+
+    def spy(model, capacity=0):
+        cache = original(model, capacity)
+        stores.append(weakref.ref(cache.store))
+        return cache
+
+    monkeypatch.setattr(kv, "new_cache", spy)
+    target, draft = pairs("llama")
+    prompts = random_prompts(seed=3, count=4)
+    gc.collect()
+    gc.disable()
+    try:
+        batchspec.generate(target, None if method == "autoregressive" else draft, prompts, method=method,
+                           num_draft_tokens=3, max_new_tokens=8, batch_size=2)
+        assert stores and [r for r in stores if r() is not None] == []
+        # negative control: a strong reference back from a layer keeps the store alive
+        cache = original(target, 8)
+        cache.layers[0].store = cache.store  # the cycle the weak reference avoids
+        ref = weakref.ref(cache.store)
+        del cache
+        assert ref() is not None
+    finally:
+        gc.enable()
+        gc.collect()
