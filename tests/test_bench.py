@@ -38,6 +38,8 @@ def test_bench_rows_are_exact_and_priced(capsys, tmp_path):
         if r["method"] in ("generate", "eqspec", "exspec"):  # priced as its calls alone, over its measured time
             assert r["in_calls"] > 0
     assert document["costs"]["target"]["2"]["3"] > 0  # k = 2 verifies 3 tokens
+    probes = document["steadiness"]["seconds"]  # the fixed workload, once before every timed case
+    assert len(probes) == 2 * len(rows) and min(probes) > 0
     assert sorted(p.name for p in plots.iterdir()) == ["achieved_vs_ideal.png", "exspec_group_rate.png",
                                                        "throughput.png", "time_split.png"]
 
@@ -200,3 +202,16 @@ def test_the_costs_are_measured_in_every_pass_and_their_median_prices_the_runs(m
     generate = next(c for c in out["cells"] if c.case.method == "generate")
     assert generate.call_seconds == pytest.approx(5.0 * 2)  # 2 static batches, 6 tokens: prefill + 5 calls each
     assert cell.ideal_speedup == pytest.approx(10.0 / cell.call_seconds)
+
+
+def test_the_machine_line_warns_only_when_the_fixed_workload_was_unsteady():
+    """The workload's spread is the table's (half the min-max range over the
+    median); over 10 % the run is called unsteady, and the line says so."""
+    from batchspec.bench.steadiness import line, summary
+
+    steady = summary([0.020, 0.021, 0.020, 0.0205])
+    assert steady["spread"] == pytest.approx(0.001 / 0.02025 / 2) and steady["steady"]
+    assert "spread ±2%" in line(steady) and "unreliable" not in line(steady)
+    shaky = summary([0.020, 0.021, 0.028, 0.020])  # one probe 40 % slow, as the development CPU did
+    assert not shaky["steady"] and "spread ±20%" in line(shaky) and "unreliable" in line(shaky)
+    assert summary([]) is None and line(None) is None

@@ -20,6 +20,7 @@ from . import peers
 from .costs import measure_costs, measure_prefill, median_costs, median_prefill
 from .ideal import ideal_generate_seconds, ideal_speculative_seconds
 from .memory import peak_bytes
+from .steadiness import probe, summary, workload
 
 #: our methods; peers are transformers' own decoders
 OURS = ("autoregressive", "eqspec", "exspec")
@@ -140,10 +141,13 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     for n in range(plan.warmup + plan.repeats):
         timed = n >= plan.warmup
         schedule += ([(Price(), True)] if timed and priced else []) + [(c, timed) for c in cases]
+    steady, probes = workload(pair.target.device), []  # the machine's own spread (bench.steadiness)
     for case, timed in progress(schedule, len(schedule)):
         if isinstance(case, Price):
             prices.append((_costs(pair, plan, pool), _prefill(pair, plan, pool, cells)))
             continue
+        if timed:
+            probes.append(probe(steady, pair.target.device))
         prompts = pool[: cells[case].prompts]
         seqs, seconds, stats = run_case(pair, case, prompts, plan.max_new_tokens)
         cell = cells[case]
@@ -163,7 +167,8 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     prefill = median_prefill([p for _, p in prices]) if priced else None
     for cell in cells.values() if priced else ():
         _price_cell(cell, costs, prefill, expected)
-    return {"cells": list(cells.values()), "costs": costs, "prefill": prefill, "expected": expected}
+    return {"cells": list(cells.values()), "costs": costs, "prefill": prefill, "expected": expected,
+            "steadiness": summary(probes)}
 
 
 def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> None:

@@ -6,7 +6,9 @@ target's batch-1 greedy output (exit 1 on any mismatch). It also measures
 each model's forward cost against batch size and tokens per call, and the
 prefill of every static batch, and from them and the acceptance each run
 saw the ideal speedup with zero bookkeeping (both sides pay the prefill),
-and prints achieved / ideal. Writes a table, ``--json`` and,
+and prints achieved / ideal. Under the table, how steady the machine was:
+a fixed workload timed before every timed case, and a warning when its
+spread passes ±10 %. Writes a table, ``--json`` and,
 with ``--plots DIR``, the plots of ``docs/benchmarks.md``.
 """
 
@@ -17,7 +19,7 @@ import sys
 
 import torch
 
-from ..bench import report
+from ..bench import report, steadiness
 from ..bench.run import OURS, PEERS, Plan, run
 from .common import add_pair_arguments, int_list, load_pair, nonnegative_int, positive_int, progress
 from .errors import UsageError
@@ -99,7 +101,8 @@ def main(args) -> int:
     document = {"command": "batchspec " + " ".join(sys.argv[1:]) if sys.argv else None,
                 "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
                 "machine": report.machine(pair.target.device), "plan": vars(plan),
-                "costs": report.costs_dict(result["costs"], result.get("prefill")), "rows": table_rows}
+                "costs": report.costs_dict(result["costs"], result.get("prefill")),
+                "steadiness": result.get("steadiness"), "rows": table_rows}
     if args.json == "-":
         print(json.dumps(document, indent=1, default=str))
     else:
@@ -107,6 +110,9 @@ def main(args) -> int:
               f"{args.max_new_tokens} new tokens, median of {args.repeats}; vs generate = its time / ours, "
               "median over passes of the pair timed in the same pass")
         print(report.table(table_rows))
+        machine_line = steadiness.line(result.get("steadiness"))
+        if machine_line:
+            print(machine_line)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(document, f, indent=1, default=str)
