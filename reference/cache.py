@@ -19,6 +19,7 @@ cache's padding slots, where it poisons every later row (0 x NaN = NaN).
 
 from __future__ import annotations
 
+import copy
 import weakref
 
 import torch
@@ -113,8 +114,23 @@ class StackedLayer(CacheLayerMixin):
         super().__init__()
         # a weak reference: the store holds its layers, and a strong one back would make a cycle that
         # keeps the cache's tensors alive until Python's cycle collector runs, after the decode is over
-        self.store, self.index, self.length = weakref.proxy(store), index, 0
+        self._store, self.index, self.length = weakref.ref(store), index, 0
         self.rows: tuple[torch.Tensor, torch.Tensor] | None = None  # keys, values [B, H, capacity, D]
+
+    @property
+    def store(self) -> Store:
+        return self._store()
+
+    def __deepcopy__(self, memo):
+        """A copy over the copy of its store (``copy.deepcopy`` of a cache, as
+        the exhaustive check does per branch): a weak reference would
+        otherwise be copied as it is, pointing at the original store."""
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        store = copy.deepcopy(self.store, memo)  # the store's copy, made once per memo
+        for name, value in self.__dict__.items():
+            new.__dict__[name] = weakref.ref(store) if name == "_store" else copy.deepcopy(value, memo)
+        return new
 
     def view(self) -> None:
         keys, values = self.rows

@@ -163,10 +163,31 @@ def test_a_finished_batch_frees_its_caches_without_the_cycle_collector(pairs, mo
         assert stores and [r for r in stores if r() is not None] == []
         # negative control: a strong reference back from a layer keeps the store alive
         cache = original(target, 8)
-        cache.layers[0].store = cache.store  # the cycle the weak reference avoids
+        cache.layers[0]._store = lambda store=cache.store: store  # a strong reference: the cycle avoided
         ref = weakref.ref(cache.store)
         del cache
         assert ref() is not None
     finally:
         gc.enable()
         gc.collect()
+
+
+def test_a_deep_copy_of_a_cache_writes_its_own_store():
+    """``copy.deepcopy`` of a cache (the exhaustive check copies the state per
+    branch) gives layers over the copy's store, not the original's: an append
+    to the copy leaves the original as it was. Fires if a layer's weak
+    reference to its store were copied as it is (an append to the copy then
+    fails: the copy's keys do not fit the original store's rows)."""
+    import copy
+
+    cache, truth = filled(layers=2, batch=3, slots=4)
+    twin = copy.deepcopy(cache)
+    assert twin.store is not cache.store and all(layer.store is twin.store for layer in twin.layers)
+    extra = torch.ones(3, 2, 1, 4, dtype=torch.float64)
+    for layer in range(2):
+        twin.update(extra, extra, layer)
+    assert kv.cache_length(twin) == 5 and kv.cache_length(cache) == 4
+    for (keys, values), (k, v) in zip(kv.layer_tensors(cache), truth):
+        assert torch.equal(keys, k) and torch.equal(values, v)
+    for (keys, _), (k, _) in zip(kv.layer_tensors(twin), truth):
+        assert torch.equal(keys[:, :, :4], k) and torch.equal(keys[:, :, 4:], extra)
