@@ -3,8 +3,8 @@
 A fixed workload (the same matrix products on the pair's device, no model)
 is timed before every timed case. Its own spread says how much of a cell's
 spread is the machine rather than the decoder: on the development CPU a
-quiet day gave ±2-7 % per cell, a noisy one ±5-41 %, with this workload
-timed 53-77 ms within seconds. A run whose workload spread exceeds
+quiet day gave ±2-7 % per cell, a noisy one ±5-41 %, when this workload
+took 21 ms and, seconds later, 28. A run whose workload spread exceeds
 :data:`UNSTEADY` gets a warning under its table."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..driver import clock as _clock
 
 #: half the min-max range over the median above which a run is called unsteady
 UNSTEADY = 0.10
-SIZE, PRODUCTS = 256, 40  # about 15 ms on one core of the development CPU
+SIZE, PRODUCTS = 256, 40  # about 21 ms on one core of the development CPU
 
 
 def workload(device):
