@@ -176,8 +176,9 @@ def test_a_deep_copy_of_a_cache_writes_its_own_store():
     """``copy.deepcopy`` of a cache (the exhaustive check copies the state per
     branch) gives layers over the copy's store, not the original's: an append
     to the copy leaves the original as it was. Fires if a layer's weak
-    reference to its store were copied as it is (an append to the copy then
-    fails: the copy's keys do not fit the original store's rows)."""
+    reference to its store were copied as it is: the copy's layers would
+    point at the original's store (checked first; shown to fail without
+    ``StackedLayer.__deepcopy__``), and the append would write into it."""
     import copy
 
     cache, truth = filled(layers=2, batch=3, slots=4)
