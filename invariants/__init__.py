@@ -1,15 +1,17 @@
-"""Synchronisation invariants of batch speculative decoding, as checkable data (Spec §3).
+"""Invariants of batch speculative decoding, as checkable data (Spec §3).
 
-Fill an :class:`Observation` after every step of any batch speculative
-decoder and call :func:`check` (raise at the first violation) or
-:func:`violations` (collect them), passing one :class:`Ledger` per run to
-check cache contents (I6) and the committed stream (I7); or wrap a decoder
-that calls Hugging Face models in :func:`watch`, which fills the observations
-from the models' own forward calls. This package does not import
-``batchspec.reference``: it knows only the observation record.
+Two levels (Spec §3.12): the correctness invariants C1–C3
+(:data:`CORRECTNESS`), true of every correct greedy decoder whatever its
+shape, which :func:`watch` checks on any decoder that calls Hugging Face
+models with no glue; and the layout invariants I1–I8 (:data:`INVARIANTS`) of
+the paper's compact layout, which refine them: fill an :class:`Observation`
+after every step and call :func:`check` or :func:`violations` with one
+:class:`Ledger` per run, or call ``w.boundary`` inside :func:`watch`. This
+package does not import ``batchspec.reference``.
 """
 
 from .checker import check, violations
+from .correctness import CORRECTNESS
 from .holes import HOLE_AWARE
 from .ledger import Ledger
 from .observation import BOUNDARY_STEPS, MODELS, STEPS, CacheView, ForwardCall, KVOracle, Observation, SampledRound
@@ -18,6 +20,6 @@ from .registry import INVARIANTS
 from .violation import InvariantViolation, Violation
 
 __all__ = [
-    "BOUNDARY_STEPS", "CacheView", "ForwardCall", "HOLE_AWARE", "INVARIANTS", "InvariantViolation",
+    "BOUNDARY_STEPS", "CORRECTNESS", "CacheView", "ForwardCall", "HOLE_AWARE", "INVARIANTS", "InvariantViolation",
     "KVOracle", "Ledger", "MODELS", "Observation", "SampledRound", "STEPS", "Violation", "Watch", "check", "violations", "watch",
 ]

@@ -112,12 +112,16 @@ class CacheView:
     @classmethod
     def from_hf(cls, cache) -> "CacheView":
         """The view of a Hugging Face ``Cache`` (the dynamic one, for instance), read
-        through its public iteration (``for keys, values, *_ in cache``);
+        through its public ``layers`` (each with ``keys`` / ``values``), or its
+        iteration (``for keys, values, *_ in cache``) for a cache without them;
         ``None`` gives an empty view."""
         if cache is None:
             return cls([])
-        layers = [(entry[0], entry[1]) for entry in cache]
-        return cls([(k, v) for k, v in layers if k is not None and k.numel()])
+        if getattr(cache, "layers", None) is not None:  # transformers' layers expose .keys / .values
+            layers = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers]
+        else:
+            layers = [(entry[0], entry[1]) for entry in cache]
+        return cls([(k, v) for k, v in layers if isinstance(k, torch.Tensor) and k.numel()])
 
 
 #: ``oracle(model_name, token_ids) -> [(keys, values) per layer]``, each

@@ -1,9 +1,10 @@
-"""``watch``: fill the observations of any decoder from its models' own forward calls (Spec §3.9).
+"""``watch``: check any decoder from its models' own forward calls (Spec §3.12, §3.9).
 
-Glue for a decoder that calls Hugging Face models::
+With no glue at all::
 
     with batchspec.invariants.watch(target=target, draft=draft) as w:
-        my_decoder(target, draft, prompts, on_boundary=w.boundary)
+        out = any_decoder(target, draft, prompts)
+        w.outputs(prompts, out, max_new_tokens=32, eos_token_id=eos)  # optional: C2 and C3
     assert not w.violations, w.report()  # e.g. in the user's CI
 
 Public forward hooks (``register_forward_pre_hook(with_kwargs=True)`` and
@@ -13,34 +14,40 @@ default, ``T .. T+n-1``, when none is passed), the cache's length *before*
 the call, the cache object and the logits. The hooks exist only inside the
 ``with`` block: outside it the models run untouched.
 
-What a forward call cannot show is the grid the decoder holds between rounds;
-the decoder says it with one call, :meth:`Watch.boundary`, after prefill and
-after every round's realignment. Everything else is derived from the calls:
-``p_i`` and ``c_i`` from that mask, the drafts from the draft model's greedy
-choices, the tokens a round commits from the target's logits (greedy
-acceptance), and the step of each call (no cache: prefill; draft model:
-draft; target: verify).
+**Correctness (level (a), always on).** Every call of either model is
+checked against C1 (:func:`~batchspec.invariants.correctness.one_chain`): its
+rows' attended slots, then inputs, are one chain at positions 0, 1, …, each
+slot holding what a call wrote for that token after that prefix (read back
+from the slot's content, Spec §3.12.1). ``w.outputs`` checks C2 (every
+returned token is the target's choice on exactly its prefix, traced back to
+the first wrong call) and C3 (stops at its own EOS or its budget). Any
+layout, padding, cache handling and call schedule; greedy decoders.
 
-Greedy decoders only: the drafts are taken to be the draft model's
-``argmax`` and the committed tokens the target's greedy acceptance. A
-decoder that feeds any other draft (a sampling decoder, whose drafts are
-drawn from ``q``) is refused with a ``ValueError`` at the first such call
-rather than reported as I4/I5/I7 violations about a decoder it is not:
-those invariants would be checked against choices the decoder never made.
-For a sampler, fill :class:`Observation` records by hand with the tokens it
-committed and its rule (``sampled``, I8, Spec §3.8); I1–I4 and I6 hold for
-it unchanged, I5 is replaced by I8.
+**Layout (level (b), opt in).** A decoder in the paper's compact layout may
+also describe its grid with one call, :meth:`Watch.boundary`, after prefill
+and after every round's realignment; from then on the calls are checked
+against I1–I8 as well, with ``p_i``/``c_i`` from that mask, the drafts from
+the draft model's greedy choices, the commits from the target's logits.
+Those derivations are greedy: a decoder that feeds another draft is refused
+with a ``ValueError`` at the first such call rather than reported as
+I4/I5/I7 violations about a decoder it is not. For a sampler, fill
+:class:`Observation` records by hand (I8, Spec §3.8).
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 from transformers import Cache
 
 from ._util import on
 from .checker import violations as check_all
+from .correctness import one_chain, stops_where_it_should, target_choices
+from .history import History
 from .ledger import Ledger
 from .observation import CacheView, ForwardCall, Observation
 from .registry import INVARIANTS
@@ -56,6 +63,13 @@ class Watch:
         self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
         self.ledger = None if structural else Ledger(derived=True)
         self.violations: list = []
+        #: the correctness checker's memory (C1-C3, Spec §3.12): labels of every slot
+        #: written, and what the target chose after every chain it ran on
+        self.history = History()
+        self.outputs_checked = 0
+        #: seconds spent checking, in the hooks and in outputs(): what the checker costs
+        #: the decoder (benchmarks/check_overhead.py reports it against decode time)
+        self.check_seconds = 0.0
         #: the :class:`Observation` whose check found the first violation (None while
         #: clean): its tensors are the decoder's own, as they were then when
         #: ``check="raise"`` stopped the decoder there (for a picture of it).
@@ -88,9 +102,11 @@ class Watch:
         def hook(_module, _args, kwargs):
             if self._checking:
                 return
+            start = time.perf_counter()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
-            t = CacheView.from_hf(cache).length
+            t = cache.get_seq_length() if cache is not None else 0
+            self.check_seconds += time.perf_counter() - start
             if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
                 raise ValueError(f"watch: the {name} model ran with another cache object than the one "
                                  f"boundary() last saw; pass {name}_cache= to boundary() when the decoder "
@@ -102,11 +118,64 @@ class Watch:
         def hook(_module, args, kwargs, output):
             if self._checking:
                 return
-            cache, t = self._pending.pop(name)
-            cache = cache if cache is not None else getattr(output, "cache", None)  # one the model made
-            self.caches[name] = cache
-            self._record(name, self._call(name, args, kwargs, t, output.logits), cache)
+            start = time.perf_counter()
+            try:
+                cache, t = self._pending.pop(name)
+                if cache is None:  # one the model made
+                    cache = getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+                self.caches[name] = cache
+                call = self._call(name, args, kwargs, t, output.logits)
+                self.calls += 1
+                self._correct(name, call, cache)
+                if self.grid is not None or call.cache_length == 0:
+                    self._record(name, call, cache)
+            finally:
+                self.check_seconds += time.perf_counter() - start
         return hook
+
+    def _correct(self, name: str, call: ForwardCall, cache) -> None:
+        """C1 on this call (Spec §3.12.2), whatever the decoder's layout and
+        schedule; no boundary() needed. A call the checker cannot read is a
+        ValueError saying what it could not read, never a crash inside it."""
+        try:
+            view = CacheView.from_hf(cache)
+            if call.cache_length and (not view.layers or view.length < call.cache_length + call.input_ids.shape[1]):
+                raise ValueError(f"its cache holds {view.length} slots after the call, fewer than the "
+                                 f"{call.cache_length} before it plus {call.input_ids.shape[1]} inputs "
+                                 "(a static or sliding-window cache is out of scope)")
+            if call.attention_mask.shape != (call.input_ids.shape[0], call.cache_length + call.input_ids.shape[1]):
+                raise ValueError(f"its attention mask is {tuple(call.attention_mask.shape)}, not [B, T + n] = "
+                                 f"[{call.input_ids.shape[0]}, {call.cache_length + call.input_ids.shape[1]}]")
+            chains = self.history.read(call, view)
+            found = one_chain(chains)
+            self.history.remember(chains, view)
+        except ValueError as error:
+            raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {error}") from None
+        self._found(found)
+
+    def _found(self, found: list, obs=None) -> None:
+        self.violations.extend(found)
+        if found and obs is not None and self.caught is None:
+            self.caught = obs
+        if found and self.mode == "raise":
+            raise InvariantViolation(found[0], tuple(found[1:]))
+
+    def outputs(self, prompts, sequences, max_new_tokens=None, eos_token_id=None, pad_token_id=None) -> list:
+        """C2 and C3 (Spec §3.12.3, §3.12.4): check what the decoder returned against what the
+        watched target calls chose. ``sequences[r]``: the tokens generated for
+        ``prompts[r]``, without the prompt. Returns the violations found (and
+        raises at the first one under ``check="raise"``)."""
+        if len(prompts) != len(sequences):
+            raise ValueError(f"outputs: {len(prompts)} prompts but {len(sequences)} sequences")
+        start = time.perf_counter()
+        found = (target_choices(self.history, prompts, sequences, eos_token_id)
+                 + stops_where_it_should(self.history, prompts, sequences, max_new_tokens, eos_token_id,
+                                         pad_token_id))
+        found.sort(key=lambda v: (v.call is None, v.call or 0))  # the first wrong call first
+        self.check_seconds += time.perf_counter() - start
+        self.outputs_checked += len(prompts)
+        self._found(found)
+        return found
 
     @staticmethod
     def _call(name, args, kwargs, t, logits) -> ForwardCall:
@@ -127,10 +196,16 @@ class Watch:
     # --- steps ------------------------------------------------------------------------------
 
     def _record(self, name: str, call: ForwardCall, cache) -> None:
-        self.calls += 1
+        """The layout checks (I1-I8), once boundary() has described the grid."""
         if self.grid is None or call.cache_length == 0:
-            self.prefill.append(call)  # fingerprinted at the boundary, once the rows' requests are known
+            # fingerprinted at the boundary, once the rows' requests are known (no prefill check reads logits)
+            self.prefill.append(replace(call, logits=None))
             return
+        if call.input_ids.shape[0] != self.grid[0].shape[0]:
+            raise ValueError(f"watch: the {name} model was called on {call.input_ids.shape[0]} rows, but the "
+                             f"grid of the last boundary() has {self.grid[0].shape[0]}: the layout checks "
+                             "(I1-I8) need calls over the whole grid; without boundary() calls, watch checks "
+                             "the correctness invariants C1-C3, which hold for any schedule")
         if self.ledger is not None:
             self.ledger.record(call, CacheView.from_hf(cache), self.grid[2])
             self.ledger.mark(call)
@@ -209,21 +284,29 @@ class Watch:
             found = check_all(obs, self.oracle, self.registry, self.ledger)
         finally:
             self._checking = False
-        self.violations.extend(found)
-        if found and self.caught is None:
-            self.caught = obs
-        if found and self.mode == "raise":
-            raise InvariantViolation(found[0], tuple(found[1:]))
+        self._found(found, obs)
 
     def report(self) -> str:
-        """A short account: calls and steps checked, then the first violations."""
-        head = (f"watched {self.calls} forward calls, checked {self.steps} steps over "
-                f"{max(self.round - 1, 0)} rounds: ")
+        """A short account: calls, outputs and layout steps checked, then the first violations."""
+        head = f"watched {self.calls} forward calls"
+        head += (f", checked {self.outputs_checked} outputs" if self.outputs_checked
+                 else " (outputs not checked: call w.outputs(...))")
+        if self.steps:
+            head += f", {self.steps} layout steps over {max(self.round - 1, 0)} rounds"
+        head += ": "
         if not self.violations:
             return head + "no violation"
         lines = [head + f"{len(self.violations)} violations"]
         lines += [f"  {v}" for v in self.violations[:5]]
         return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal(n: int, width: int, device) -> torch.Tensor:
+    """``[n, width]``: input ``j`` of ``n`` (the last ``n`` slots) sees slots ``<= width - n + j``.
+    Read only; a small cache of a pure function of its arguments."""
+    slots = torch.arange(width, device=device)
+    return slots[None, :] <= slots[width - n:, None]
 
 
 def key_mask(mask: torch.Tensor, name: str) -> torch.Tensor:
@@ -236,8 +319,7 @@ def key_mask(mask: torch.Tensor, name: str) -> torch.Tensor:
     seen = mask if mask.dtype == torch.bool else mask == 0
     rows = seen[:, 0, -1, :]  # [B, T + n]
     n, width = seen.shape[2], seen.shape[3]
-    slots = torch.arange(width, device=mask.device)
-    causal = slots[None, :] <= slots[width - n:, None]  # [n, T + n]
+    causal = _causal(n, width, mask.device)  # [n, T + n]
     if seen.shape[1] != 1 or not torch.equal(seen[:, 0], rows[:, None, :] & causal):
         raise ValueError(f"watch: the {name} model was given a 4D attention mask {tuple(mask.shape)} that "
                          "is not one row mask per sequence made causal over the inputs; pass the "
@@ -261,3 +343,6 @@ def watch(target, draft=None, check: str = "raise", oracle=None, registry=INVARI
         yield w
     finally:
         w.detach()
+    if w.calls == 0:
+        raise ValueError("watch: no forward call of the watched models was made inside the block, so nothing "
+                         "was checked (did the decoder run these very model objects?)")

@@ -20,9 +20,17 @@ class Violation:
     detail: str
     model: str | None = None
     request: int | None = None
+    #: the forward call's number in the run (1 for the first), for the
+    #: correctness invariants C1-C3, which are stated per call (Spec §3.12)
+    call: int | None = None
 
     def __str__(self) -> str:
-        where = f"round {self.round}, step {self.step!r}"
+        if self.step == "outputs":  # C2, C3: what the decoder returned, traced to a call where one is known
+            where = "the outputs" + (f", first wrong call #{self.call}" if self.call is not None else "")
+        elif self.call is not None:
+            where = f"call #{self.call}"
+        else:
+            where = f"round {self.round}, step {self.step!r}"
         if self.row is not None:
             where += f", row {self.row}"
             if self.request is not None:
@@ -47,6 +55,7 @@ class InvariantViolation(AssertionError):
         self.step = violation.step
         self.row = violation.row
         self.model = violation.model
+        self.call = violation.call
         self.expected = violation.expected
         self.actual = violation.actual
         extra = f" (+{len(others)} more violations in this step)" if others else ""

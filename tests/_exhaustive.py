@@ -143,6 +143,7 @@ class AbstractWalk:
                          for r, p in enumerate(PROMPTS[: tree.cell.batch])}
         self.every, self.counter = every, counter or itertools.count()
         self.tally, self.sampled = Tally(trees=1), []
+        self.chosen: dict = {}  # record -> the target's choice (C2, Spec §3.12.3): a pure function, shared by branches
 
     def run(self) -> Tally:
         start = time.perf_counter()
@@ -160,6 +161,8 @@ class AbstractWalk:
         broken = self.spec["violated"](obs)
         if broken:
             raise Failure(self.tree, path, obs.step, f"abstract invariants {broken} violated")
+        if not self.spec["correct_calls"](obs, self.chosen):  # (b) implies (a), Spec §5.8
+            raise Failure(self.tree, path, obs.step, "C1 violated on a state that keeps I1-I7")
         if not self.spec["tight"](obs.batch):
             raise Failure(self.tree, path, obs.step, "grid not tight (Spec §5.1.1)")
         self.tally.states += 1
@@ -194,10 +197,23 @@ class AbstractWalk:
             if not ok:
                 raise Failure(self.tree, path, "leaf", f"request {request} output {got} (stop {out['stop']}), "
                                                        f"batch-1 greedy output {want}")
+            self.correctness(request, got, out["stop"] is not None, path)
             self.tally.finished[out["stop"]] += 1
         self.tally.patterns += 1
         if self.every and next(self.counter) % self.every == 0:
             self.sampled.append(path)
+
+
+    def correctness(self, request, got, finished, path) -> None:
+        """C2 and C3 on one output, and the statement of §5.7 (Spec §5.8: they follow from I1-I7)."""
+        spec, prompt = self.spec, PROMPTS[request]
+        if not spec["target_choices"](prompt, got, self.chosen):
+            raise Failure(self.tree, path, "leaf", f"C2 violated: request {request} output {got}")
+        if finished and not spec["stops_where_it_should"](got, self.tree.budget, self.eos):
+            raise Failure(self.tree, path, "leaf", f"C3 violated: request {request} output {got}")
+        if finished and not spec["correctness_implies_exact"](self.models["target"], prompt, got, self.chosen,
+                                                               self.tree.budget, self.eos):
+            raise Failure(self.tree, path, "leaf", f"§5.7 fails: request {request} output {got}")
 
 
 class Replay:

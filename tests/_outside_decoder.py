@@ -1,22 +1,32 @@
 """An outside batch speculative decoder, written from the paper's description
 only (no ``batchspec`` import): greedy EQSPEC over stock ``DynamicCache`` s,
 unpad – append – repad after every round. ``on_boundary(tokens, mask, ...)``
-is the one line of glue a recorder needs. ``bug`` injects one of two real
-outsider bugs: ``"batch_min"`` realigns the target cache by the batch-minimum
-accepted count; ``"rejected"`` appends the rejected draft instead of the
-target's own token."""
+is the optional glue of the layout checks (I1-I8); the correctness checks
+(C1-C3) need none. ``bug`` injects one real outsider bug:
+
+* ``"batch_min"``: the target cache realigned by the batch-minimum accepted count;
+* ``"rejected"``: the rejected draft appended instead of the target's own token;
+* ``"bonus_draft"``: after a round whose drafts were all accepted, the bonus
+  token taken from the draft's catch-up prediction instead of the target's;
+* ``"pad_from_ids"``: the mask derived from token values (``tokens != 0``), so
+  a committed token equal to the pad id 0 is masked out;
+* ``"eos_in_prompt"``: a row whose prompt holds ``eos`` returns nothing (the
+  stop test reads the whole row, prompt included).
+
+With ``eos``, each output is cut after its first generated EOS."""
 
 # --8<-- [start:decoder]
 import torch
 from transformers import DynamicCache
 
 
-def left_pad(rows, device="cpu"):
-    """Grid ``[B, L]`` and its mask, each row padded on the left."""
+def left_pad(rows, device="cpu", from_ids=False):
+    """Grid ``[B, L]`` and its mask, each row padded on the left (``from_ids``: the
+    mask read off the token values, the bug)."""
     width = max(map(len, rows))
     tokens = torch.tensor([[0] * (width - len(r)) + r for r in rows], device=device)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-    return tokens, mask
+    return tokens, ((tokens != 0).long() if from_ids else mask)
 
 
 def forward(model, cache, ids, mask, slots=False):
@@ -42,7 +52,7 @@ def repad(model, cache, pad, keep, width):
 
 
 @torch.no_grad()
-def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=None):
+def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=None, eos=None):
     rows, out = [list(p) for p in prompts], [[] for _ in prompts]
     tokens, mask = left_pad(rows, target.device)
     caches = [DynamicCache(config=target.config), DynamicCache(config=draft.config)]
@@ -56,22 +66,34 @@ def decode(target, draft, prompts, k, n, on_boundary=lambda *a, **kw: None, bug=
             fed = tokens[:, -1:] if j == 0 else drafts[:, -1:]
             logits = forward(draft, caches[1], fed, torch.cat([mask, mask.new_ones(b, j)], 1))
             drafts = torch.cat([drafts, logits[:, -1:].argmax(-1)], 1) if j < k else drafts
+        after = logits[:, -1].argmax(-1)  # the draft's guess after its last draft (catch-up)
         choice = forward(target, caches[0], torch.cat([tokens[:, -1:], drafts], 1),
                          torch.cat([mask, mask.new_ones(b, k)], 1)).argmax(-1)  # [B, k+1]
         m = (drafts == choice[:, :-1]).long().cumprod(1).sum(1).tolist()  # accepted drafts
         for i in range(b):
             new = (drafts[i, :m[i] + 1] if bug == "rejected" and m[i] < k else choice[i, :m[i] + 1]).tolist()
+            if bug == "bonus_draft" and m[i] == k:
+                new[-1] = int(after[i])
             rows[i] += new
             out[i] += new
         pad = (mask == 0).sum(1).tolist()
         keep = [width + mi for mi in m]  # the newest token and the accepted drafts gain slots
         if bug == "batch_min":
             keep0 = [width + min(m)] * b
-        tokens, mask = left_pad(rows, target.device)
+        tokens, mask = left_pad(rows, target.device, from_ids=bug == "pad_from_ids")
         caches = [repad(target, caches[0], pad, keep0 if bug == "batch_min" else keep, tokens.shape[1] - 1),
                   repad(draft, caches[1], pad, keep, tokens.shape[1] - 1)]
         on_boundary(tokens, mask, target_cache=caches[0], draft_cache=caches[1])
-    return [o[:n] for o in out]
+    return [cut(o[:n], p, eos, bug) for o, p in zip(out, prompts)]
+
+
+def cut(out, prompt, eos, bug=None):
+    """``out`` after its first EOS (the bug: nothing at all when the prompt holds one)."""
+    if eos is None:
+        return out
+    if bug == "eos_in_prompt" and eos in prompt:
+        return []
+    return out[: out.index(eos) + 1] if eos in out else out
 # --8<-- [end:decoder]
 
 

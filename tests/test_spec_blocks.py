@@ -193,3 +193,45 @@ def test_8_2_policies(spec):
     assert padding(window, nearest(window, 4)) == 1  # three 5s and the 4
     window = [(9, 0), (3, spec["MAX_IDLE"]), (9, 0), (9, 0)]
     assert 1 in nearest(window, 2) and nearest(window, 2, max_idle=None) == [0, 2]
+
+
+def test_each_abstract_correctness_invariant_fires(spec):
+    """C1-C3 (Spec §3.12), each seen to fail on a violating state and to hold on a correct one."""
+    toy = spec["toy_model"]
+    obs, _ = spec["masking_round_two"](toy(1), [[3], [3]])  # masking: holes and positions counting slots
+    assert not spec["correct_calls"](obs, {})
+    Call = spec["Call"]
+    good = [[((5, 0),), ((5, 0), (7, 1))]]
+    call = Call("target", [[9]], [[1, 1, 1]], [[2]], 2, [[1]])
+    assert spec["one_chain"](call, good, {})
+    assert not spec["one_chain"](Call("target", [[9]], [[1, 1, 1]], [[3]], 2, [[1]]), good, {})  # position
+    assert not spec["one_chain"](call, [[((5, 0),), ((6, 0), (7, 1))]], {})  # a slot from another prefix
+    assert not spec["one_chain"](call, [[((5, 0),), None]], {})  # a slot never written
+    hidden = Call("target", [[9]], [[1, 0, 1]], [[1]], 2, [[1]])  # slot 1 masked, the input takes position 1
+    assert spec["one_chain"](hidden, good, {})  # a rejected draft left as a hole
+    assert not spec["one_chain"](hidden, good, {((5, 0),): 7})  # the target had chosen 7 there: committed, hidden
+    chosen = {((4, 0),): 8, ((4, 0), (8, 1)): 2}
+    assert spec["target_choices"]([4], [8, 2], chosen)
+    assert not spec["target_choices"]([4], [8, 3], chosen)
+    assert spec["stops_where_it_should"]([8, 2], 2, ()) and spec["stops_where_it_should"]([8], 2, (8,))
+    assert not spec["stops_where_it_should"]([8], 2, ())  # stopped early
+    assert not spec["stops_where_it_should"]([8, 2], 2, (8,))  # went on after its EOS
+    assert [name for name, _ in spec["CORRECTNESS"]] == ["C1", "C2", "C3"]
+
+
+def test_5_7_correctness_implies_exact_and_can_fail(spec):
+    target = spec["toy_model"](1)
+    prompt = [3, 1]
+    want = spec["autoregressive"](target, prompt, 3, ())
+    chosen = {}
+    stream = list(prompt)
+    for token in want:
+        chosen[spec["kv"](stream, len(stream) - 1)] = target(spec["kv"](stream, len(stream) - 1))
+        stream.append(token)
+    assert spec["correctness_implies_exact"](target, prompt, want, chosen, 3, ())
+    # a "choice" recorded from a call that broke C1 (a record the target never saw on that chain)
+    liar = dict(chosen)
+    liar[spec["kv"](prompt, 1)] = (want[0] + 1) % 7
+    wrong = [(want[0] + 1) % 7] + want[1:]
+    assert not spec["correctness_implies_exact"](target, prompt, wrong, {**liar, **{
+        spec["kv"](prompt + wrong[:j], len(prompt) + j - 1): wrong[j] for j in range(1, 3)}}, 3, ())

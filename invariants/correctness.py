@@ -1,0 +1,283 @@
+"""The correctness invariants C1-C3: true of every correct greedy speculative decoder (Spec §3.12).
+
+Unlike I1-I8, which describe the compact layout and EQSPEC's call schedule,
+these say nothing about padding, slot indices, cache lengths or which calls a
+decoder makes. They are stated per forward call and per row, and a row is
+identified by its content (the chain it attends), never by its index:
+
+* **C1 one chain** (:func:`one_chain`): a row's attended cached slots, in slot
+  order, then its attended inputs, are one chain ``x_0, x_1, ...`` at
+  positions ``0, 1, ...``: each attended slot holds what a forward call wrote
+  for token ``x_j`` at position ``j`` after exactly ``x_0 .. x_{j-1}``, and
+  each input is fed at the position equal to its index in the chain.
+* **C2 the target's choices** (:func:`target_choices`, from ``w.outputs``):
+  every returned token after the prompt is the target's greedy choice on
+  exactly the prefix before it, computed by one of the watched target calls
+  (a wrong token is traced to the first call that built on it).
+* **C3 stops where it should** (:func:`stops_where_it_should`, from
+  ``w.outputs``): the output ends at the first EOS it generated, or at its
+  budget.
+
+Why the token check reads the outputs and not the calls: from calls alone a
+prompt token cannot be told from a generated one (a decoder that leaves the
+newest prompt token out of its prefill feeds it after a target call that
+"chose" something else), and a correct decoder may compute on rejected
+branches (a catch-up call over the whole batch, finished rows kept running);
+only what it *returns* must be the target's. Spec §3.12.5 records these as
+non-invariants.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._util import on
+from .history import Chains, History
+from .slots import AMBIGUOUS, BLIND, PADDING, UNWRITTEN, WRITTEN
+from .violation import Violation
+
+
+def _report(chains: Chains, invariant: str, name: str, row: int, expected, actual, detail: str) -> Violation:
+    return Violation(invariant, name, 0, "call", row, expected, actual, detail, chains.call.model, None,
+                     chains.number)
+
+
+def _head(tokens: list[int]) -> str:
+    return "[" + ", ".join(map(str, tokens[:6])) + (", …]" if len(tokens) > 6 else "]")
+
+
+def one_chain(chains: Chains) -> list[Violation]:
+    """C1 (Spec §3.12.2): every row's attended slots, then its attended inputs,
+    are one chain at positions ``0, 1, 2, …``. Per row, the first element that
+    breaks it, with what it holds against what it should hold.
+
+    Stated directly: an attended cached slot must carry a label written for
+    position ``rank`` after the prefix ``before`` (its chain so far), and an
+    attended input must be fed at position ``rank``. The test below is that
+    statement on whole tensors; only a slot whose content several writers
+    produced from other prefixes (``BLIND``) or other tokens (``AMBIGUOUS``)
+    is let through on less (the position, or nothing).
+    """
+    t, att, rank, label = chains.cached, chains.attended, chains.rank, chains.context
+    fed = chains.call.position_ids.to(rank) == rank[:, t:]  # [B, n]
+    if chains.checked == t:  # the context is the previous call's chain, checked then
+        if bool((fed | ~att[:, t:]).all()):
+            return []
+        held = torch.ones_like(att[:, :t])
+    else:
+        flag = label[..., 3]
+        held = (label[..., 1] == rank[:, :t]) & (flag <= BLIND) & (
+            (label[..., 2] == chains.before[:, :t]) | (flag == BLIND))  # [B, T]
+    bad = att & ~torch.cat([held, fed], 1)
+    out = []
+    if bool(bad.any()):
+        _confirm(chains, bad)
+        for i in bad.any(1).nonzero().flatten().tolist():
+            s = int(bad[i].nonzero()[0])
+            out.append(_explain_chain(chains, i, s))
+    if chains.checked != t:
+        rows = {v.row for v in out}
+        out += [v for v in _detours(chains) if v.row not in rows]
+    return out
+
+
+def _detours(chains: Chains) -> list[Violation]:
+    """The second half of C1: no row masks out a cached slot that holds the
+    target's own choice continuing its chain (same prefix, same position) and
+    goes on with another token there. Rejected drafts kept as holes are not
+    the target's choice; a committed token hidden by its mask is."""
+    t, att, label = chains.cached, chains.attended, chains.context
+    hidden = ~att[:, :t] & (label[..., 3] == WRITTEN)  # [B, T]
+    if not bool(hidden.any()):
+        return []
+    b, width = att.shape
+    where = torch.where(att, chains.rank, width)  # each attended element's rank; the rest to a spare column
+    at_rank = torch.zeros((b, width + 1), dtype=torch.int64, device=att.device)
+    before = at_rank.scatter(1, where, chains.before)  # [B, W + 1]: the chain before rank r
+    token = at_rank.scatter(1, where, chains.token)
+    has = at_rank.scatter(1, where, torch.ones_like(where))
+    pos = label[..., 1].clamp(0, width)  # [B, T]
+    diverts = hidden & (has.gather(1, pos) == 1) & (before.gather(1, pos) == label[..., 2]) & (
+        token.gather(1, pos) != label[..., 0])
+    out, seen = [], set()
+    for i, s in diverts.nonzero().tolist():
+        x, j, prefix = int(label[i, s, 0]), int(label[i, s, 1]), int(label[i, s, 2])
+        chose = chains.history.chosen.get(prefix, {})
+        if i in seen or x not in chose:
+            continue  # a rejected draft left as a hole: not the target's choice
+        seen.add(i)
+        instead = int(token[i, j])
+        detail = (f"row {i} masks out slot {s}, which holds token {x} at position {j}: the target's own choice "
+                  f"(call #{chose[x]}) after the prefix the row attends, and goes on with token {instead} at "
+                  "position {j} instead: the mask hides a committed token (a mask derived from token values "
+                  "hides every token equal to the pad id)").replace("{j}", str(j))
+        out.append(_report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
+    return out
+
+
+def _confirm(chains: Chains, bad: torch.Tensor) -> None:
+    """Re-read the label of every cached slot in ``bad`` from the label table
+    (a carried label is one writer's; the table knows when several writers
+    produced the same content) and clear those that then pass: content no
+    writer can tell apart (``AMBIGUOUS``), or that does not show its prefix
+    (``BLIND``) at the right position."""
+    t = chains.cached
+    slots = bad[:, :t]
+    if not bool(slots.any()):
+        return
+    fresh = chains.history.labels.lookup(on(chains.history.hashes[:, :t], slots.device)[slots])  # [M, 4]
+    chains.context = chains.context.clone()
+    chains.context[slots] = fresh
+    rank, before = chains.rank[:, :t][slots], chains.before[:, :t][slots]
+    flag, position = fresh[:, 3], fresh[:, 1]
+    ok = (flag == AMBIGUOUS) | ((flag == BLIND) & (position == rank)) | (
+        (flag == WRITTEN) & (position == rank) & (fresh[:, 2] == before))
+    slots[slots.clone()] = ~ok
+    bad[:, :t] = slots
+
+
+def _explain_chain(chains: Chains, i: int, s: int) -> Violation:
+    t, j = chains.cached, int(chains.rank[i, s])
+    token, position, flag = int(chains.token[i, s]), int(chains.position[i, s]), int(chains.flag[i, s])
+    where = f"slot {s}" if s < t else f"input {s - t}"
+    stream = chains.stream(i, s)
+    lead = f"row {i} (stream {_head(stream)}): {where}, element {j} of the chain"
+    if s < t and flag == UNWRITTEN:
+        detail = f"{lead}, holds a key/value that no watched forward call wrote (a stale, blended or foreign slot)"
+        return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "unwritten content", detail)
+    if s < t and flag == PADDING:
+        detail = (f"{lead}, holds padding (zeros, or the key/value of a masked input), not a token of the "
+                  "chain, and the mask attends it")
+        return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "a padding slot", detail)
+    if position != j:
+        detail = f"{lead}, is token {token} at position {position}"
+        hidden = _hidden(chains, i, s, j)
+        if hidden is not None and position > j:
+            h_slot, h_token = hidden
+            detail = (f"row {i} attends position {position} but not position {j} (token {h_token} in slot "
+                      f"{h_slot}, written, masked out): the mask hides a real token (a mask derived from "
+                      "token values hides every token equal to the pad id)")
+        elif s >= t:
+            detail += " fed: the position ids are not the chain's indices"
+        else:
+            detail += ": the slot holds another position's key/value"
+        return _report(chains, "C1", "one_chain", i, f"position {j}", f"position {position}", detail)
+    detail = (f"{lead}, holds token {token} at position {position} computed after another prefix than the "
+              f"{j} tokens the row attends before it (a slot from another row or another round)")
+    return _report(chains, "C1", "one_chain", i, f"token {token} after {_head(stream)}", "another prefix", detail)
+
+
+def _hidden(chains: Chains, i: int, s: int, j: int):
+    """A masked cached slot of row ``i`` before ``s`` holding position ``j``: ``(slot, token)``."""
+    t = min(s, chains.cached)
+    if t == 0:
+        return None
+    labels = chains.history.labels.lookup(chains.history.hashes[i, :t].contiguous())  # [t, 4]
+    for h in range(t):
+        if not chains.attended[i, h] and int(labels[h, 3]) == WRITTEN and int(labels[h, 1]) == j:
+            return h, int(labels[h, 0])
+    return None
+
+
+def target_choices(history: History, prompts, outputs, eos_token_id=None) -> list[Violation]:
+    """C2 (Spec §3.12.3): every token a request returned after its prompt (up to
+    its first EOS) is the target's greedy choice on exactly the prefix before
+    it, as a watched target call computed it. Per request, the first token that
+    is not, traced to the decoder's first wrong call (:func:`_first_wrong_call`)."""
+    out = []
+    for r, (prompt, seq) in enumerate(zip(prompts, outputs)):
+        prompt, seq = _ids(prompt), _ids(seq)
+        seq = seq[: _stop(seq, _eos(eos_token_id))]
+        nodes = _nodes(history, prompt + seq)
+        p = len(prompt)
+        for j, token in enumerate(seq):
+            chose = history.chosen.get(nodes[p + j - 1] if p + j else 0, {})
+            if token in chose:
+                continue
+            first = _first_wrong_call(history, nodes, prompt + seq, p, j, chose)
+            at = f"; call #{first[0]} ({first[1]}) was the first to build on the wrong stream" if first else ""
+            if not chose:
+                detail = (f"request {r}'s output token {j} ({token}) was never checked: no watched target call "
+                          f"computed a choice after the prefix before it (a committed token was dropped from "
+                          f"the stream the calls saw, or never verified){at}")
+                expected = "a token the target chose"
+            else:
+                expected = min(chose, key=chose.get)
+                detail = (f"request {r}'s output token {j} is {token}, but the target (call #{chose[expected]}) "
+                          f"chose {expected} after that prefix (a rejected draft or a wrong bonus token was "
+                          f"committed){at}")
+            out.append(_output("C2", "target_choices", r, expected, token, detail, first[0] if first else None))
+            break
+    return out
+
+
+def _first_wrong_call(history: History, nodes: list[int], stream: list[int], p: int, j: int, chose: dict):
+    """The first call, after the target's last choice the output agrees with, that
+    builds on the returned stream's wrong part: one whose chain holds the
+    unverified token ``j`` (after the call that chose otherwise, when one did),
+    or holds the prompt but not the verified prefix (a dropped token)."""
+    verified = nodes[p + j - 1] if p + j else 0
+    since = history.chosen.get(nodes[p + j - 2] if p + j > 1 else 0, {}).get(stream[p + j - 1], 0) if j else 0
+    wrong = history.first_built_on(nodes[p + j], min(chose.values()) if chose else since)
+    dropped = history.first_off_stream(nodes[p - 1] if p else 0, verified, since) if j else None
+    found = [c for c in (wrong, dropped) if c is not None]
+    return min(found) if found else None
+
+
+def stops_where_it_should(history: History, prompts, outputs, max_new_tokens=None, eos_token_id=None,
+                          pad_token_id=None) -> list[Violation]:
+    """C3 (Spec §3.12.4): a request's output ends at the first EOS it generated
+    (after which only ``pad_token_id`` may follow) or at its budget, never
+    before and never after; an EOS inside the prompt stops nothing."""
+    eos, out = _eos(eos_token_id), []
+    for r, (prompt, seq) in enumerate(zip(prompts, outputs)):
+        prompt, seq = _ids(prompt), _ids(seq)
+        cut = _stop(seq, eos)
+        tail = seq[cut:]
+        if tail and not (pad_token_id is not None and all(x == pad_token_id for x in tail)):
+            out.append(_output("C3", "stops_where_it_should", r, "nothing after the EOS", tail[:4],
+                               f"request {r} goes on for {len(tail)} tokens after the EOS it generated "
+                               f"at index {cut - 1}"))
+        seq = seq[:cut]
+        if max_new_tokens is not None and len(seq) > max_new_tokens:
+            out.append(_output("C3", "stops_where_it_should", r, f"at most {max_new_tokens} tokens", len(seq),
+                               f"request {r} returned more tokens than its budget"))
+        elif max_new_tokens is not None and len(seq) < max_new_tokens and not (seq and seq[-1] in eos):
+            why = " (its prompt holds an EOS: a decoder that looks for EOS in the whole row stops there)" \
+                if eos & set(prompt) else ""
+            out.append(_output("C3", "stops_where_it_should", r, f"{max_new_tokens} tokens or an EOS it generated",
+                               len(seq), f"request {r} stopped after {len(seq)} tokens without generating an "
+                                         f"EOS{why}"))
+    return out
+
+
+def _eos(eos_token_id) -> set:
+    if eos_token_id is None:
+        return set()
+    return set(eos_token_id) if isinstance(eos_token_id, (list, tuple, set)) else {int(eos_token_id)}
+
+
+def _stop(seq: list[int], eos: set) -> int:
+    """Length of ``seq`` up to and including its first EOS."""
+    return next((j + 1 for j, x in enumerate(seq) if x in eos), len(seq))
+
+
+def _ids(x) -> list[int]:
+    return x.tolist() if isinstance(x, torch.Tensor) else [int(v) for v in x]
+
+
+def _nodes(history: History, stream: list[int]) -> list[int]:
+    """Chain hashes of every prefix of ``stream`` (the one ending at each token)."""
+    if not stream:
+        return []
+    weights = history.hasher.chain_weights(len(stream), "cpu")
+    return ((torch.tensor(stream, dtype=torch.int64) + 1) * weights).cumsum(0).tolist()
+
+
+def _output(invariant: str, name: str, r: int, expected, actual, detail: str, call=None) -> Violation:
+    return Violation(invariant, name, 0, "outputs", None, expected, actual, detail, None, r, call)
+
+
+#: The correctness invariants, in order (Spec §3.12): C1 on every forward call, C2 and C3
+#: on what the decoder returned (``w.outputs``).
+CORRECTNESS = (("C1", one_chain), ("C2", target_choices), ("C3", stops_where_it_should))

@@ -1,0 +1,221 @@
+"""What the correctness checker remembers across calls, and one call read as chains (Spec §3.12).
+
+:class:`History` is owned by one ``watch`` (never module state). It holds:
+
+* the :class:`~batchspec.invariants.slots.LabelTable`: every slot content a
+  call wrote, with the token, position and prefix it was computed from;
+* ``chosen``: for every chain the target was run on, the tokens its logits
+  chose next (one, unless rounding differs between calls), each with the
+  first call that chose it;
+* ``log``: per call, the chain hashes of its rows' elements, so that a wrong
+  output token is traced to the first call that built on it after the
+  target had chosen otherwise;
+* ``carried``: per model, the hashes and labels of its cache after its last
+  call, so that a call whose cached slots are unchanged needs no look-up.
+
+:func:`read` turns one :class:`~batchspec.invariants.observation.ForwardCall`
+plus the cache it ran with into :class:`Chains`: per row, every attended slot
+and input as an element of one chain, with what its label says and the hash
+of the chain before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ._util import on
+from .observation import CacheView, ForwardCall
+from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
+
+
+_UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
+
+
+@dataclass
+class Chains:
+    """One forward call, each row read as a chain (Spec §3.12.2). Tensors are
+    ``[B, T + n]`` (the ``T`` cached slots, then the ``n`` inputs) unless noted."""
+
+    number: int  # the call's number in the run, from 1
+    call: ForwardCall
+    attended: torch.Tensor  # bool: the mask attends the slot / input
+    rank: torch.Tensor  # index in the row's chain of each attended element (cumsum - 1)
+    token: torch.Tensor  # cached slots: the label's token (-1 unwritten); inputs: the ids fed
+    before: torch.Tensor  # hash of the row's chain before this element (its attended predecessors)
+    node: torch.Tensor  # hash of the row's chain up to and including this element
+    context: torch.Tensor  # [B, T, 4] the labels of the cached slots: token, position, prefix, flag
+    history: "History"  # to look up what an unattended slot holds, when a violation is explained
+    #: cached slots already checked as the previous call's chain (0: none)
+    checked: int = 0
+    #: [B, T + n] every slot's content hash, set once the call's writes are labelled
+    hashes: torch.Tensor | None = None
+
+    @property
+    def cached(self) -> int:
+        """``T``: slots the cache held before the call."""
+        return self.call.cache_length
+
+    @property
+    def position(self) -> torch.Tensor:
+        """Cached slots: the label's position; inputs: the positions fed."""
+        return torch.cat([self.context[..., 1], self.call.position_ids.to(self.token)], 1)
+
+    @property
+    def prefix(self) -> torch.Tensor:
+        """Cached slots: the label's prefix hash; inputs: the chain before them."""
+        return torch.cat([self.context[..., 2], self.before[:, self.cached:]], 1)
+
+    @property
+    def flag(self) -> torch.Tensor:
+        """Cached slots: the label's flag (``slots.WRITTEN``, ...); inputs: ``WRITTEN``."""
+        return torch.cat([self.context[..., 3], torch.full_like(self.call.input_ids, WRITTEN).to(self.token)], 1)
+
+    def stream(self, row: int, upto: int) -> list[int]:
+        """The tokens of ``row``'s chain before element ``upto`` (for messages)."""
+        keep = self.attended[row, :upto]
+        return self.token[row, :upto][keep].tolist()
+
+
+@dataclass
+class History:
+    """The correctness checker's memory of one run (Spec §3.12)."""
+
+    hasher: Hasher = field(default_factory=Hasher)
+    labels: LabelTable = field(default_factory=LabelTable)
+    chosen: dict = field(default_factory=dict)  # chain hash -> {token the target chose next: first call}
+    log: list = field(default_factory=list)  # (call number, model, node [B, W], attended [B, W], n) per call
+    calls: int = 0
+    hashes: torch.Tensor | None = None  # [B, T + n] the slot hashes of the call being read
+    carried: dict = field(default_factory=dict)  # model -> its last call's Chains, with the hashes and labels of every slot
+
+    def first_built_on(self, wrong: int, after: int):
+        """``(call number, model)`` of the first logged call after call ``after`` that
+        builds on chain hash ``wrong`` as on a committed token: its chain holds
+        ``wrong``, and either no call up to ``after`` had fed it (it was made up
+        after the target chose otherwise) or this call feeds it to a model that
+        had been fed it before (a draft re-fed as the newest committed token). A
+        call that only continues drafts fed before ``after`` (a catch-up over a
+        rejected branch) is speculation, not a wrong call."""
+        fed: dict = {}  # model -> call numbers that fed ``wrong``
+        for number, model, node, attended, n in self.log:
+            inputs = node[:, node.shape[1] - n:][attended[:, node.shape[1] - n:]]
+            feeds = bool((inputs == wrong).any())
+            if number > after and bool((node[attended] == wrong).any()):
+                made_up = not any(c <= after for calls in fed.values() for c in calls)
+                if made_up or (feeds and fed.get(model)):
+                    return number, model
+            if feeds:
+                fed.setdefault(model, []).append(number)
+        return None
+
+    def first_off_stream(self, prompt: int, verified: int, after: int):
+        """``(call number, model)`` of the first logged call after call ``after`` with
+        a row whose chain holds chain hash ``prompt`` but not ``verified`` (a
+        longer chain through it): a row that dropped part of its stream."""
+        for number, model, node, attended, _n in self.log:
+            if number <= after:
+                continue
+            held = torch.where(attended, node, 0)
+            if bool(((held == prompt).any(1) & ~(held == verified).any(1)).any()):
+                return number, model
+        return None
+
+    def read(self, call: ForwardCall, cache: CacheView) -> Chains:
+        """The call as chains, reading the labels of the cached slots it could
+        attend from ``cache`` (the model's cache *after* the call: calls only
+        append, so slots ``0 .. T-1`` are as the call saw them).
+
+        When every cached slot holds what this model's previous call saw or
+        wrote there and the mask over them is that call's, the context is that
+        call's chain, already checked: only the inputs are new (``checked``)."""
+        self.calls += 1
+        ids, t, n = call.input_ids, call.cache_length, call.input_ids.shape[1]
+        device = ids.device
+        attended = on(call.attention_mask, device) != 0  # [B, T + n]
+        self.hashes = self.hasher.slot_hashes(cache, t + n) if cache.layers and cache.length >= t + n else None
+        before = self.carried.get(call.model)
+        if t and before is not None and before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
+                and torch.equal(on(self.hashes[:, :t], device), before.hashes[:, :t]) \
+                and torch.equal(attended[:, :t], before.attended[:, :t]):
+            return self._inputs(call, attended, before, t)
+        rank = attended.cumsum(1) - 1
+        context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
+            torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
+        token = torch.cat([context[..., 0], ids], 1)
+        weights = self.hasher.chain_weights(attended.shape[1], device)
+        contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
+        node = contrib.cumsum(1)
+        return Chains(self.calls, call, attended, rank, token, node - contrib, node, context, self)
+
+    def _inputs(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", t: int) -> Chains:
+        """The chains of a call whose context is the previous call's (see :meth:`read`):
+        the carried chain up to slot ``T``, extended by the inputs."""
+        ids = call.input_ids
+        rank_in = before.rank[:, t - 1: t] + attended[:, t:].cumsum(1)  # [B, n]
+        weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
+        contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * attended[:, t:]
+        node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
+        rank = torch.cat([before.rank[:, :t], rank_in], 1)
+        node = torch.cat([before.node[:, :t], node_in], 1)
+        chains = Chains(self.calls, call, attended, rank, torch.cat([before.context[..., 0][:, :t], ids], 1),
+                        torch.cat([before.before[:, :t], node_in - contrib], 1), node, before.context[:, :t], self)
+        chains.checked = t
+        return chains
+
+    def _context(self, model: str, hashes: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Labels ``[B, T, 4]`` of the cached slots with these content hashes: carried
+        from this model's previous call, whose cache held the same content
+        somewhere (the common case: calls only append; after a realignment or
+        a finished row, content moved), read from the label table for the
+        attended rest (a new cache, rows from another batch); unattended slots
+        not carried read as unwritten. A carried label is one writer's: a
+        violation is confirmed against the table before it is reported."""
+        carried = self.carried.get(model)
+        b, t = hashes.shape
+        if carried is None:
+            label = _UNREAD.to(hashes.device).expand(b, t, 4).clone()
+        else:  # find each slot's content among what this model's cache held after its last call
+            held, labels = carried.hashes.flatten(), carried.context.reshape(-1, 4)
+            first = (labels[:, 3] == UNWRITTEN).to(torch.uint8).argsort(stable=True)  # labelled copies first
+            held, labels = held[first], labels[first]
+            ordered, order = held.sort(stable=True)
+            at = torch.searchsorted(ordered, hashes.contiguous()).clamp(max=held.numel() - 1)  # [B, T]
+            label = labels[order[at]]
+            label[ordered[at] != hashes] = _UNREAD.to(label.device)
+        missing = attended & (label[..., 3] == UNWRITTEN)  # attended, and not carried or never read
+        if bool(missing.any()):
+            label = label.clone()
+            label[missing] = self.labels.lookup(hashes[missing])
+        return label
+
+    def remember(self, chains: Chains, cache: CacheView) -> None:
+        """After the predicates: label the slots the call wrote, note which call
+        first fed each chain, and, for the target, what it chose (Spec §3.12.3)."""
+        call, t = chains.call, chains.cached
+        n = call.input_ids.shape[1]
+        if self.hashes is not None:
+            written = on(self.hashes[:, t:], chains.token.device)  # [B, n]
+            fed = chains.attended[:, t:]
+            labels = torch.stack([call.input_ids, call.position_ids.to(call.input_ids), chains.before[:, t:],
+                                  PADDING - fed.long() * (PADDING - WRITTEN)], -1)  # [B, n, 4]
+            self.labels.write(written.reshape(-1), labels.reshape(-1, 4))
+            chains.hashes = on(self.hashes, written.device)
+            chains.context = torch.cat([chains.context, labels], 1)  # now the labels of every slot
+            self.carried[call.model] = chains
+        self.log.append((chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1]))
+        if call.model == "target" and call.logits is not None:
+            self._choices(chains)
+
+    def _choices(self, chains: Chains) -> None:
+        """Record the target's next-token choice after every input its logits cover
+        (the last ``kept`` inputs, for a call that trims its logits)."""
+        call, t = chains.call, chains.cached
+        n, kept = call.input_ids.shape[1], call.logits.shape[1]
+        if kept == 0 or kept > n:
+            return
+        choice = call.logits.argmax(-1).to(chains.token.device)  # [B, kept]
+        fed = chains.attended[:, t + n - kept:]
+        for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice[fed].tolist()):
+            self.chosen.setdefault(node, {}).setdefault(chose, chains.number)

@@ -1,0 +1,119 @@
+"""What a cache slot holds, by content: exact hashes and the label table (Spec §3.12.1).
+
+A correct decoder may pad, shift, crop, re-stack or re-run its caches any way
+it likes; what it may not do is attend a slot that holds anything but the
+key/value of the right token, at the right position, after the right prefix.
+So the correctness checker labels slots by *content*, not by where they sit:
+
+* :meth:`Hasher.slot_hashes` reads a slot's key at the first layer and its
+  value at the last layer bit for bit and folds them into one 64-bit integer with
+  wrapping integer arithmetic. Integer addition is associative, so the hash
+  of a slot is the same whatever the batch shape, the row or the slot index
+  it is read at, and a copied slot hashes exactly as the original; a
+  different token, position or (at the last layer) prefix changes the bits.
+* :class:`LabelTable` maps each hash to the label its writer gave it: the
+  token fed, the position fed, and the hash of the chain before it
+  (:func:`chain_weights`), the content address of the prefix it attended.
+
+Both are memo objects the checker owns (one per ``watch``), never module state.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .observation import CacheView
+
+#: Label flags. ``WRITTEN``: a call fed this token here and attended the chain
+#: before it. ``BLIND``: several writers of this very content had other prefixes
+#: but the same token and position (a model whose last layer does not see the
+#: prefix, such as a one-layer draft), so the prefix cannot be read back.
+#: ``PADDING``: written by a masked input (never part of a chain).
+#: ``AMBIGUOUS``: writers of this content disagree on token or position.
+WRITTEN, BLIND, PADDING, AMBIGUOUS = 0, 1, 2, 3
+#: Not in the table: no forward call wrote this content.
+UNWRITTEN = 4
+
+#: Dimensions of each vector hashed: a slot computed from another token, position or
+#: prefix differs in every dimension, so a few suffice; a copy matches in all.
+DIMS = 8
+_BITS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+_CHUNK = 4096
+
+
+def _random(seed: int, n: int, device) -> torch.Tensor:
+    """``n`` fixed random odd int64 values (seeded; the same on every device)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(-2**62, 2**62, (n,), generator=g, dtype=torch.int64) * 2 + 1).to(device)
+
+
+class Hasher:
+    """Exact content hashes of cache slots (Spec §3.12.1); owns its random weights."""
+
+    def __init__(self):
+        self._weights: dict = {}
+        self._chain = torch.zeros(0, dtype=torch.int64)
+
+    def weights(self, dim: int, device) -> torch.Tensor:
+        """Fixed random odd int64 weights ``[dim]``."""
+        key = (dim, device)
+        if key not in self._weights:
+            self._weights[key] = _random(1000, dim, device)
+        return self._weights[key]
+
+    def slot_hashes(self, view: CacheView, stop: int) -> torch.Tensor:
+        """``[B, stop]`` int64: for slots ``0 .. stop-1`` of every row, the keys of
+        the first layer (token and position) and the values of the last layer
+        (everything attended), kv-head 0, their first :data:`DIMS` dimensions,
+        bit for bit, times fixed random weights, summed with wrap-around."""
+        keys, values = view.layers[0][0], view.layers[-1][1]
+        d = min(keys.shape[-1], DIMS)
+        parts = torch.cat([keys[:, 0, :stop, :d], values[:, 0, :stop, :d]], -1)  # [B, stop, 2d]
+        bits = parts.view(_BITS[parts.element_size()]).to(torch.int64)  # exact
+        return (bits * self.weights(2 * d, parts.device)).sum(-1)  # [B, stop], wraps
+
+    def chain_weights(self, n: int, device) -> torch.Tensor:
+        """``R[0 .. n-1]``: a chain ``x_0 .. x_{j-1}`` has hash ``Σ (x_l + 1) R[l]``
+        (wrapping int64), so the hash of every prefix is one cumulative sum."""
+        if self._chain.numel() < n:
+            chunks = -(-n // _CHUNK)
+            self._chain = torch.cat([_random(c, _CHUNK, "cpu") for c in range(chunks)])
+        if self._chain.device != torch.device(device):
+            self._chain = self._chain.to(device)
+        return self._chain[:n]
+
+
+class LabelTable:
+    """Every slot content any watched call wrote, by hash, with its label
+    ``(token, position, prefix hash, flag)`` (Spec §3.12.1)."""
+
+    def __init__(self):
+        self.labels: dict = {}  # content hash -> (token, position, prefix hash, flag)
+
+    def write(self, hashes: torch.Tensor, labels: torch.Tensor) -> None:
+        """Remember ``hashes`` ``[M]`` with ``labels`` ``[M, 4]``; content written
+        twice with different labels is flagged :data:`BLIND` (only the prefix
+        differs) or :data:`AMBIGUOUS` (the token or position differs too)."""
+        table, keys, values = self.labels, hashes.tolist(), list(map(tuple, labels.tolist()))
+        new = dict(zip(keys, values))
+        if len(new) < len(keys):  # the same content twice in this call: compare every pair in order
+            new = {}
+            for h, label in zip(keys, values):
+                self._merge(new, h, label)
+        for h in table.keys() & new.keys():  # content written before: the same label, or a conflict
+            self._merge(table, h, new.pop(h))
+        table.update(new)
+
+    @staticmethod
+    def _merge(table: dict, h: int, label: tuple) -> None:
+        held = table.get(h)
+        if held is None:
+            table[h] = label
+        elif held != label and held[3] < AMBIGUOUS:
+            table[h] = held[:3] + (max(held[3], BLIND if held[:2] == label[:2] else AMBIGUOUS),)
+
+    def lookup(self, hashes: torch.Tensor) -> torch.Tensor:
+        """``[M, 4]`` labels of ``hashes`` ``[M]`` (flag :data:`UNWRITTEN` where unknown)."""
+        missing = (-1, -1, -1, UNWRITTEN)
+        found = [self.labels.get(h, missing) for h in hashes.tolist()]
+        return torch.tensor(found, dtype=torch.int64, device=hashes.device).view(-1, 4)
