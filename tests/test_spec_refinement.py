@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
 from _spec_helpers import PROMPTS, Compare, as_function, one_thread, spec_namespace  # noqa: E402
+from batchspec.invariants import watch  # noqa: E402
 from batchspec.models import tiny  # noqa: E402
 from batchspec.oracle import hf_oracle  # noqa: E402
 from batchspec.reference import Models, decode  # noqa: E402
@@ -37,7 +38,17 @@ def spec():
 
 
 def lockstep(spec, target, draft, prompts, k, max_new, eos):
-    """Run both decoders, compare after every step; return the number of steps."""
+    """Run both decoders, compare after every step; return the number of steps. The tensor
+    decoder runs inside ``watch``: its calls keep C1 and its outputs C2 and C3 (Spec §5.8)."""
+    with watch(target=target, draft=draft) as w:  # check="raise"
+        steps, outputs, moved = _lockstep(spec, target, draft, prompts, k, max_new, eos)
+        w.outputs(prompts, [outputs[r]["tokens"] for r in range(len(prompts))], max_new_tokens=max_new,
+                  eos_token_id=list(eos))
+    assert w.violations == [] and w.outputs_checked == len(prompts)
+    return steps, outputs, moved
+
+
+def _lockstep(spec, target, draft, prompts, k, max_new, eos):
     models = Models(target, draft)
     abstract_models = {"target": as_function(target)}
     if draft is not None:
