@@ -58,13 +58,14 @@ def one_chain(chains: Chains) -> list[Violation]:
     produced from other prefixes (``BLIND``) or other tokens (``AMBIGUOUS``)
     is let through on less (the position, or nothing).
     """
-    t, att, rank, label = chains.cached, chains.attended, chains.rank, chains.context
+    t, att, rank = chains.cached, chains.attended, chains.rank
     fed = chains.call.position_ids.to(rank) == rank[:, t:]  # [B, n]
     if chains.checked == t:  # the context is the previous call's chain, checked then
         if bool((fed | ~att[:, t:]).all()):
             return []
         held = torch.ones_like(att[:, :t])
     else:
+        label = chains.context
         flag = label[..., 3]
         held = (label[..., 1] == rank[:, :t]) & (flag <= BLIND) & (
             (label[..., 2] == chains.before[:, :t]) | (flag == BLIND))  # [B, T]
@@ -87,7 +88,7 @@ def _detours(chains: Chains) -> list[Violation]:
     goes on with another token there. Rejected drafts kept as holes are not
     the target's choice; a committed token hidden by its mask is."""
     t, att, label = chains.cached, chains.attended, chains.context
-    hidden = ~att[:, :t] & (label[..., 3] == WRITTEN)  # [B, T]
+    hidden = ~att[:, :t] & (chains.rank[:, :t] >= 0) & (label[..., 3] == WRITTEN)  # [B, T]: holes after the chain began
     if not bool(hidden.any()):
         return []
     b, width = att.shape
@@ -126,8 +127,8 @@ def _confirm(chains: Chains, bad: torch.Tensor) -> None:
     if not bool(slots.any()):
         return
     fresh = chains.history.labels.lookup(on(chains.history.hashes[:, :t], slots.device)[slots])  # [M, 4]
-    chains.context = chains.context.clone()
-    chains.context[slots] = fresh
+    chains._context, chains._labels = chains.context.clone(), None
+    chains._context[slots] = fresh
     rank, before = chains.rank[:, :t][slots], chains.before[:, :t][slots]
     flag, position = fresh[:, 3], fresh[:, 1]
     ok = (flag == AMBIGUOUS) | ((flag == BLIND) & (position == rank)) | (
@@ -141,9 +142,11 @@ def _explain_chain(chains: Chains, i: int, s: int) -> Violation:
     token, position, flag = int(chains.token[i, s]), int(chains.position[i, s]), int(chains.flag[i, s])
     where = f"slot {s}" if s < t else f"input {s - t}"
     stream = chains.stream(i, s)
-    lead = f"row {i} (stream {_head(stream)}): {where}, element {j} of the chain"
+    lead = f"row {i}" + (f" (stream {_head(stream)})" if stream else "") + f": {where}, element {j} of the chain"
     if s < t and flag == UNWRITTEN:
-        detail = f"{lead}, holds a key/value that no watched forward call wrote (a stale, blended or foreign slot)"
+        zeros = int(chains.history.hashes[i, s]) == 0  # every bit zero: allocated, never written
+        detail = f"{lead}, holds " + ("zeros, a slot never written" if zeros else
+                                       "a key/value that no watched forward call wrote (a stale, blended or foreign slot)")
         return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "unwritten content", detail)
     if s < t and flag == PADDING:
         detail = (f"{lead}, holds padding (zeros, or the key/value of a masked input), not a token of the "

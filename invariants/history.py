@@ -45,17 +45,50 @@ class Chains:
     token: torch.Tensor  # cached slots: the label's token (-1 unwritten); inputs: the ids fed
     before: torch.Tensor  # hash of the row's chain before this element (its attended predecessors)
     node: torch.Tensor  # hash of the row's chain up to and including this element
-    context: torch.Tensor  # [B, T, 4] the labels of the cached slots: token, position, prefix, flag
     history: "History"  # to look up what an unattended slot holds, when a violation is explained
     #: cached slots already checked as the previous call's chain (0: none)
     checked: int = 0
     #: [B, T + n] every slot's content hash, set once the call's writes are labelled
     hashes: torch.Tensor | None = None
+    _context: torch.Tensor | None = None  # [B, T, 4], or taken from ``_source`` when first read
+    #: where the context labels come from when first read: (the previous call's Chains, T), its first T
+    #: slots; or (Chains, slot, at, attended), its chain elements by rank (History._moved)
+    _source: tuple | None = None
+    _labels: torch.Tensor | None = None
 
     @property
     def cached(self) -> int:
         """``T``: slots the cache held before the call."""
         return self.call.cache_length
+
+    @property
+    def context(self) -> torch.Tensor:
+        """``[B, T, 4]`` the labels of the cached slots: token, position, prefix hash, flag."""
+        if self._context is None:
+            if len(self._source) == 2:  # the first T slots of the previous call's
+                source, t = self._source
+                self._context = source.labels()[:, :t]
+            else:  # the previous call's chain elements, by rank (History._moved)
+                source, slot, at, att = self._source
+                every = source.labels()
+                b, width = slot.shape
+                labels = every.new_full((b, width + 1, 4), -1).scatter(1, slot[..., None].expand(-1, -1, 4), every)
+                self._context = torch.where(att[..., None], labels.gather(1, at[..., None].expand(-1, -1, 4)),
+                                            _UNREAD.to(every))
+        return self._context
+
+    def written(self) -> torch.Tensor:
+        """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what."""
+        t, call = self.cached, self.call
+        fed = self.attended[:, t:]
+        return torch.stack([call.input_ids, call.position_ids.to(call.input_ids), self.before[:, t:],
+                            PADDING - fed.long() * (PADDING - WRITTEN)], -1)
+
+    def labels(self) -> torch.Tensor:
+        """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed)."""
+        if self._labels is None:
+            self._labels = torch.cat([self.context, self.written()], 1)
+        return self._labels
 
     @property
     def position(self) -> torch.Tensor:
@@ -122,9 +155,9 @@ class History:
                 return number, model
         return None
 
-    def read(self, call: ForwardCall, cache: CacheView) -> Chains:
+    def read(self, call: ForwardCall, view: CacheView) -> Chains:
         """The call as chains, reading the labels of the cached slots it could
-        attend from ``cache`` (the model's cache *after* the call: calls only
+        attend from ``view`` (the model's cache *after* the call: calls only
         append, so slots ``0 .. T-1`` are as the call saw them).
 
         When every cached slot holds what this model's previous call saw or
@@ -134,12 +167,16 @@ class History:
         ids, t, n = call.input_ids, call.cache_length, call.input_ids.shape[1]
         device = ids.device
         attended = on(call.attention_mask, device) != 0  # [B, T + n]
-        self.hashes = self.hasher.slot_hashes(cache, t + n) if cache.layers and cache.length >= t + n else None
+        self.hashes = self.hasher.slot_hashes(view, t + n) if view.layers and view.length >= t + n else None
         before = self.carried.get(call.model)
-        if t and before is not None and before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
-                and torch.equal(on(self.hashes[:, :t], device), before.hashes[:, :t]) \
-                and torch.equal(attended[:, :t], before.attended[:, :t]):
-            return self._inputs(call, attended, before, t)
+        if t and before is not None and before.hashes.shape[0] == ids.shape[0]:
+            held = on(self.hashes[:, :t], device)
+            if before.hashes.shape[1] >= t and torch.equal(held, before.hashes[:, :t]) \
+                    and torch.equal(attended[:, :t], before.attended[:, :t]):
+                return self._inputs(call, attended, before, t)
+            moved = self._moved(call, attended, before, held)
+            if moved is not None:
+                return moved
         rank = attended.cumsum(1) - 1
         context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
             torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
@@ -147,7 +184,31 @@ class History:
         weights = self.hasher.chain_weights(attended.shape[1], device)
         contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
-        return Chains(self.calls, call, attended, rank, token, node - contrib, node, context, self)
+        return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, _context=context)
+
+    def _moved(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", held: torch.Tensor):
+        """The chains of a call whose rows attend, with no hole, a prefix of what they
+        attended at this model's previous call, wherever the slots now sit (a
+        realignment, a crop, a rebuilt cache): that chain was checked then, and
+        its labels are carried by rank. None when some row attends anything else."""
+        t, b = held.shape[1], held.shape[0]
+        att = attended[:, :t]
+        rank = att.cumsum(1) - 1  # [B, T]
+        if bool((~att & (rank >= 0)).any()):
+            return None  # a hole after the chain began: the full check (C1's hidden slots)
+        width = before.hashes.shape[1]
+        slot = torch.where(before.attended, before.rank, width)  # [B, W]: each element's rank, the rest to a spare
+        by_rank = held.new_full((b, width + 1), -1).scatter(1, slot, before.hashes)
+        at = rank.clamp(0, width)
+        if not bool(((by_rank.gather(1, at) == held) | ~att).all()):
+            return None
+        tokens = held.new_full((b, width + 1), -1).scatter(1, slot, before.token)
+        rank = torch.cat([rank, rank[:, -1:] + attended[:, t:].cumsum(1)], 1)
+        token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
+        contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
+        node = contrib.cumsum(1)
+        return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
+                      _source=(before, slot, at, att))
 
     def _inputs(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", t: int) -> Chains:
         """The chains of a call whose context is the previous call's (see :meth:`read`):
@@ -159,10 +220,9 @@ class History:
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
         rank = torch.cat([before.rank[:, :t], rank_in], 1)
         node = torch.cat([before.node[:, :t], node_in], 1)
-        chains = Chains(self.calls, call, attended, rank, torch.cat([before.context[..., 0][:, :t], ids], 1),
-                        torch.cat([before.before[:, :t], node_in - contrib], 1), node, before.context[:, :t], self)
-        chains.checked = t
-        return chains
+        return Chains(self.calls, call, attended, rank, torch.cat([before.token[:, :t], ids], 1),
+                      torch.cat([before.before[:, :t], node_in - contrib], 1), node, self, checked=t,
+                      _source=(before, t))
 
     def _context(self, model: str, hashes: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """Labels ``[B, T, 4]`` of the cached slots with these content hashes: carried
@@ -177,7 +237,7 @@ class History:
         if carried is None:
             label = _UNREAD.to(hashes.device).expand(b, t, 4).clone()
         else:  # find each slot's content among what this model's cache held after its last call
-            held, labels = carried.hashes.flatten(), carried.context.reshape(-1, 4)
+            held, labels = carried.hashes.flatten(), carried.labels().reshape(-1, 4)
             first = (labels[:, 3] == UNWRITTEN).to(torch.uint8).argsort(stable=True)  # labelled copies first
             held, labels = held[first], labels[first]
             ordered, order = held.sort(stable=True)
@@ -196,13 +256,8 @@ class History:
         call, t = chains.call, chains.cached
         n = call.input_ids.shape[1]
         if self.hashes is not None:
-            written = on(self.hashes[:, t:], chains.token.device)  # [B, n]
-            fed = chains.attended[:, t:]
-            labels = torch.stack([call.input_ids, call.position_ids.to(call.input_ids), chains.before[:, t:],
-                                  PADDING - fed.long() * (PADDING - WRITTEN)], -1)  # [B, n, 4]
-            self.labels.write(written.reshape(-1), labels.reshape(-1, 4))
-            chains.hashes = on(self.hashes, written.device)
-            chains.context = torch.cat([chains.context, labels], 1)  # now the labels of every slot
+            chains.hashes = on(self.hashes, chains.token.device)
+            self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
         self.log.append((chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1]))
         if call.model == "target" and call.logits is not None:

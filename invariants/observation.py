@@ -109,18 +109,23 @@ class CacheView:
         """Slots ``T`` (0 for an empty cache)."""
         return self.layers[0][0].shape[2] if self.layers else 0
 
+    @staticmethod
+    def length_of(cache) -> int:
+        """Slots ``T`` of a Hugging Face ``Cache`` (0 for ``None`` or an empty one), read
+        from its first layer through the public iteration."""
+        for entry in cache if cache is not None else ():
+            keys = entry[0]
+            return keys.shape[2] if isinstance(keys, torch.Tensor) and keys.numel() else 0
+        return 0
+
     @classmethod
     def from_hf(cls, cache) -> "CacheView":
         """The view of a Hugging Face ``Cache`` (the dynamic one, for instance), read
-        through its public ``layers`` (each with ``keys`` / ``values``), or its
-        iteration (``for keys, values, *_ in cache``) for a cache without them;
+        through its public iteration (``for keys, values, *_ in cache``);
         ``None`` gives an empty view."""
         if cache is None:
             return cls([])
-        if getattr(cache, "layers", None) is not None:  # transformers' layers expose .keys / .values
-            layers = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers]
-        else:
-            layers = [(entry[0], entry[1]) for entry in cache]
+        layers = [(entry[0], entry[1]) for entry in cache]
         return cls([(k, v) for k, v in layers if isinstance(k, torch.Tensor) and k.numel()])
 
 

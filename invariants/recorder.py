@@ -105,7 +105,7 @@ class Watch:
             start = time.perf_counter()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
-            t = cache.get_seq_length() if cache is not None else 0
+            t = CacheView.length_of(cache)
             self.check_seconds += time.perf_counter() - start
             if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
                 raise ValueError(f"watch: the {name} model ran with another cache object than the one "
@@ -122,7 +122,7 @@ class Watch:
             try:
                 cache, t = self._pending.pop(name)
                 if cache is None:  # one the model made
-                    cache = getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+                    cache = getattr(output, "cache", None)
                 self.caches[name] = cache
                 call = self._call(name, args, kwargs, t, output.logits)
                 self.calls += 1

@@ -89,8 +89,22 @@ class LabelTable:
 
     def __init__(self):
         self.labels: dict = {}  # content hash -> (token, position, prefix hash, flag)
+        self.pending: list = []  # Chains of calls whose writes are not in ``labels`` yet
 
-    def write(self, hashes: torch.Tensor, labels: torch.Tensor) -> None:
+    def write(self, chains) -> None:
+        """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
+        they enter the table before the next look-up, or every 64 calls."""
+        self.pending.append(chains)
+        if len(self.pending) >= 64:
+            self.flush()
+
+    def flush(self) -> None:
+        for chains in self.pending:
+            t = chains.cached
+            self.add(chains.hashes[:, t:].reshape(-1), chains.written().reshape(-1, 4))
+        self.pending.clear()
+
+    def add(self, hashes: torch.Tensor, labels: torch.Tensor) -> None:
         """Remember ``hashes`` ``[M]`` with ``labels`` ``[M, 4]``; content written
         twice with different labels is flagged :data:`BLIND` (only the prefix
         differs) or :data:`AMBIGUOUS` (the token or position differs too)."""
@@ -114,6 +128,7 @@ class LabelTable:
 
     def lookup(self, hashes: torch.Tensor) -> torch.Tensor:
         """``[M, 4]`` labels of ``hashes`` ``[M]`` (flag :data:`UNWRITTEN` where unknown)."""
+        self.flush()
         missing = (-1, -1, -1, UNWRITTEN)
         found = [self.labels.get(h, missing) for h in hashes.tolist()]
         return torch.tensor(found, dtype=torch.int64, device=hashes.device).view(-1, 4)

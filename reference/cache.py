@@ -191,6 +191,12 @@ class StackedCache(Cache):
         self.sources: list | None = None  # (Row, pad) of each row, when made by stack()
         super().__init__(layers=self.store.layers)
 
+    def __iter__(self):
+        """Per layer ``(keys, values)``, ``[B, H, T, D]`` each, as ``DynamicCache``
+        yields them: what ``batchspec.invariants.watch`` reads of any cache."""
+        for layer in self.layers:
+            yield getattr(layer, "keys", None), getattr(layer, "values", None)
+
 
 def new_cache(model, capacity: int = 0) -> StackedCache:
     """An empty layer-stacked cache for ``model`` (Spec §2.3), whose first

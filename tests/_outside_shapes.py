@@ -17,7 +17,7 @@ correct, and must catch when a bug is planted (``bug=``).
 import torch
 from transformers import DynamicCache
 
-from _outside_decoder import left_pad, repad  # the compact decoder's grid and cache moves
+from batchspec.examples.outside_decoder import left_pad, repad  # the compact decoder's grid and cache moves
 
 
 def forward(model, cache, ids, mask):

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-import _outside_decoder as outside  # noqa: E402
+from batchspec.examples import outside_decoder as outside  # noqa: E402
 import _outside_shapes as shapes  # noqa: E402
 from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
 

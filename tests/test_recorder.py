@@ -2,7 +2,7 @@
 tiny architecture, each outsider bug caught at the round where it first acts,
 and what each check mode sees (the catch table of Spec §7.7, outsider rows).
 
-The decoder (``tests/_outside_decoder.py``) imports nothing from batchspec; the
+The decoder (``batchspec/examples/outside_decoder.py``) imports nothing from batchspec; the
 glue is the ``with`` block below plus its two ``on_boundary`` calls.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-import _outside_decoder as outside  # noqa: E402
+from batchspec.examples import outside_decoder as outside  # noqa: E402
 from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
 
 from batchspec.invariants import InvariantViolation, watch  # noqa: E402
@@ -81,7 +81,13 @@ def test_what_each_mode_sees_of_the_outsider_bugs():
         for mode, options in (("structural", {"structural": True}),
                               ("semantic", {"structural": True, "oracle": oracle})):
             out, w = checked(target, draft, bug=bug, check="record", **options)
-            seen[bug, mode] = w.violations[0].invariant if w.violations else None
+            layout = [v.invariant for v in w.violations if v.invariant.startswith("I")]
+            seen[bug, mode] = layout[0] if layout else None
+            # the correctness level (Spec §3.12) runs in every mode: C1 sees the crop, C2 the draft
+            correctness = [v.invariant for v in w.violations if v.invariant.startswith("C")]
+            assert correctness[:1] == (["C1"] if bug == "batch_min" else []), w.report()
+            if bug == "rejected":
+                assert [v.invariant for v in w.outputs(WITH_PAD_ID, out, max_new_tokens=N)][:1] == ["C2"]
     assert seen == {("batch_min", "structural"): None, ("batch_min", "semantic"): "I3",
                     ("rejected", "structural"): None, ("rejected", "semantic"): None}
     assert out != reference("qwen3", WITH_PAD_ID)  # the rejected-draft bug changes the output
@@ -100,11 +106,12 @@ def test_glue_mistakes_are_named():
     with pytest.raises(ValueError, match="check must be"):
         with watch(target=target, draft=draft, check="warn"):
             pass
-    with watch(target=target, draft=draft) as w:
-        tokens, mask = outside.left_pad([[1, 2, 3], [4, 5]])
-        w.boundary(tokens, mask)
-        with pytest.raises(ValueError, match="pass requests="):
-            w.boundary(tokens[:1], mask[:1])
+    with pytest.raises(ValueError, match="no forward call"):  # and a block that ran no model checked nothing
+        with watch(target=target, draft=draft) as w:
+            tokens, mask = outside.left_pad([[1, 2, 3], [4, 5]])
+            w.boundary(tokens, mask)
+            with pytest.raises(ValueError, match="pass requests="):
+                w.boundary(tokens[:1], mask[:1])
 
 
 def test_a_replaced_cache_must_be_announced():
