@@ -191,3 +191,21 @@ def test_the_docs_list_the_exit_codes():
         command = " ".join(argv)
         if "{tmp}" not in command and command not in variants:
             assert f"| `{command}" in page, command
+
+
+def test_a_misspelled_option_gets_a_suggestion_and_none_is_abbreviated(capsys):
+    from batchspec.cli import main
+
+    assert main(["demo", "--bacth-size", "3"]) == 2
+    assert "--bacth-size -> --batch-size" in capsys.readouterr().err
+    assert main(["demo", "--max-new-token", "3"]) == 2  # was silently taken as --max-new-tokens
+    assert "--max-new-tokens" in capsys.readouterr().err
+
+
+def test_help_shows_no_raw_roles(capsys):
+    from batchspec.cli import COMMANDS, main
+
+    for command in COMMANDS:
+        assert main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert ":mod:`" not in out and ":func:`" not in out and "``" not in out, command

@@ -41,6 +41,8 @@ def test_cache_api_is_touched_in_one_module_only():
         for path in (ROOT / folder).rglob("*.py"):
             if path.name == "cache.py" and path.parent.name == "reference":
                 continue
+            if path.parent.name == "examples":  # decoders written as outsiders would, on stock caches
+                continue
             text = path.read_text()
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in needles if n in text]
     assert offenders == []

@@ -13,8 +13,10 @@ standard output closed early (``| head``), quietly.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 
 from .errors import UsageError
@@ -29,10 +31,37 @@ EPILOG = "exit status:\n" + "\n".join(f"  {code:>3}  {what}" for code, what in E
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block), exit status 2."""
+    """An argument parser whose errors are one line (no usage block), exit status 2;
+    options are never abbreviated, and a misspelled one gets a suggestion."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # --max-new-token is a mistake, not --max-new-tokens
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{suggestion(self, message)} (see {self.prog} --help)\n")
+
+
+def options(parser: argparse.ArgumentParser) -> set:
+    """Every option string of ``parser`` and of its commands."""
+    found = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found |= options(command)
+    return found
+
+
+def suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """``; did you mean --batch-size?`` for each unrecognised option close to a known one."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    known = sorted(options(parser))
+    hints = []
+    for word in message.split(":", 1)[1].split():
+        close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.75) if word.startswith("-") else []
+        hints += [f"{word} -> {close[0]}"] if close else []
+    return f"; did you mean: {', '.join(hints)}?" if hints else ""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,7 +79,8 @@ def parser() -> argparse.ArgumentParser:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     for command in sub.choices.values():
         command.epilog = command.epilog or EPILOG
-        command.description = (command.description or "").replace("``", "")  # module docs are reST
+        # module docs are reST: plain text in a terminal (``x`` and :mod:`x` both read as x)
+        command.description = re.sub(r":\w+:`([^`]*)`", r"\1", (command.description or "").replace("``", ""))
         command.formatter_class = argparse.RawDescriptionHelpFormatter
     return top
 

@@ -116,7 +116,7 @@ def register(subparsers) -> None:
     p.add_argument("--batch-sizes", type=int_list, default=[1, 4],
                    help="comma-separated positive batch sizes (default 1,4)")
     p.add_argument("--prompts", type=positive_int, default=8, help="number of prompts (default %(default)s)")
-    p.add_argument("-k", "--num-draft-tokens", type=positive_int, default=3,
+    p.add_argument("-k", "--num-draft-tokens", type=positive_int, default=4,
                    help="draft tokens per round k (default %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int, default=24,
                    help="tokens to generate per prompt (default %(default)s)")
