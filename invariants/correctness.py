@@ -60,8 +60,9 @@ def one_chain(chains: Chains) -> list[Violation]:
     """
     t, att, rank = chains.cached, chains.attended, chains.rank
     fed = chains.call.position_ids.to(rank) == rank[:, t:]  # [B, n]
+    hidden = ~att[:, t:] & (rank[:, t:] >= 0)  # inputs masked out after the chain began
     if chains.checked == t:  # the context is the previous call's chain, checked then
-        if bool((fed | ~att[:, t:]).all()):
+        if bool((fed | ~att[:, t:]).all()) and not bool(hidden.any()):
             return []
         held = torch.ones_like(att[:, :t])
     else:
@@ -76,9 +77,34 @@ def one_chain(chains: Chains) -> list[Violation]:
         for i in bad.any(1).nonzero().flatten().tolist():
             s = int(bad[i].nonzero()[0])
             out.append(_explain_chain(chains, i, s))
+    rows = {v.row for v in out}
     if chains.checked != t:
-        rows = {v.row for v in out}
         out += [v for v in _detours(chains) if v.row not in rows]
+        rows = {v.row for v in out}
+    if bool(hidden.any()):
+        out += [v for v in _hidden_inputs(chains) if v.row not in rows]
+    return out
+
+
+def _hidden_inputs(chains: Chains) -> list[Violation]:
+    """The same on the inputs: no row feeds, masked out, the target's own choice
+    after the chain it attends, then goes on with another token at that position."""
+    t, att = chains.cached, chains.attended
+    out, seen = [], set()
+    for i, s in (~att[:, t:] & (chains.rank[:, t:] >= 0)).nonzero().tolist():
+        s += t
+        x, prefix = int(chains.token[i, s]), int(chains.before[i, s])
+        chose = chains.history.chosen.get(prefix, {})
+        later = att[i, s:].nonzero().flatten().tolist()
+        if i in seen or x not in chose or not later or int(chains.token[i, s + later[0]]) == x:
+            continue
+        seen.add(i)
+        j, instead = int(chains.rank[i, s]) + 1, int(chains.token[i, s + later[0]])
+        detail = (f"row {i} feeds token {x} masked out (input {s - t}): the target's own choice (call #{chose[x]}) "
+                  f"after the prefix the row attends, and goes on with token {instead} at position {j} instead: "
+                  "the mask hides a committed token (a mask derived from token values hides every token equal "
+                  "to the pad id)")
+        out.append(_report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
     return out
 
 

@@ -175,6 +175,8 @@ class Watch:
         self.check_seconds += time.perf_counter() - start
         self.outputs_checked += len(prompts)
         self._found(found)
+        # record mode: the violations in call order, so that the first names the first wrong call
+        self.violations.sort(key=lambda v: (v.call is None, v.call or 0))
         return found
 
     @staticmethod
