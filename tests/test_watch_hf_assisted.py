@@ -97,8 +97,11 @@ class Planted:
     def __enter__(self):
         original, kind, layers = self.original, self.kind, self.layers
 
+        keep = self.keep = []  # the layers themselves, so that no id is reused by a draft layer later
+
         def note(_module, _args, kwargs):
             cache = kwargs.get("cache")
+            keep.extend(getattr(cache, "layers", ()))
             layers.update(id(layer) for layer in getattr(cache, "layers", ()))
 
         def crop(layer, tokens_to_remove):
