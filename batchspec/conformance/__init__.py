@@ -28,9 +28,18 @@ and ``draft`` (checkpoint folders relative to ``DIR``), ``dtype``
 A decoder answers with ``{"sequences": [...]}`` and optionally ``"rounds"``
 (the same records; compared when present). See :mod:`.run` for the callable's
 signature and the command protocol.
+
+Besides the vectors above, ``export`` writes one vector per bug class
+(:mod:`.classes`, named ``<class>-<family>``), each with ``class``, ``hint``
+(what a decoder that fails it typically does wrong, printed with a failure)
+and ``probe`` (where the trap is). Optional fields, all backward compatible:
+``max_new_tokens_per_request`` (one budget per prompt; ``max_new_tokens`` is
+then their maximum and ``expected.rounds`` is ``null``); ``sampling`` and
+``uniforms`` (speculative sampling with the keyed uniforms written out,
+:mod:`.sampled`).
 """
 
-from .export import FORMAT, VECTORS, export
+from .export import CLASSES, FORMAT, VECTORS, export
 from .run import check, load_vector
 
-__all__ = ["FORMAT", "VECTORS", "check", "export", "load_vector"]
+__all__ = ["CLASSES", "FORMAT", "VECTORS", "check", "export", "load_vector"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from .classes import HINTS, export_classes
+
 FORMAT = "batchspec-conformance/1"
 
 #: The prompts every vector starts from: unequal lengths, so rounds turn ragged.
@@ -17,10 +19,14 @@ PROMPTS = [[13, 41, 89, 42], [41, 24, 12, 82], [21, 94, 90, 41, 63, 22], [52, 77
 SCENARIOS = {"ragged-k3": (3, 10, None), "eos-k2": (2, 12, "emitted")}
 FAMILIES = ("llama", "qwen3", "gpt2")
 VECTORS = tuple(f"{family}-{name}" for family in FAMILIES for name in SCENARIOS)
+#: the bug classes with a vector of their own (:mod:`.classes`), named ``<class>-<family>``
+CLASSES = tuple(HINTS)
 
 
-def export(folder, families=FAMILIES) -> list[str]:
-    """Write the models and the vectors of ``families`` into ``folder``; return the vector names."""
+def export(folder, families=FAMILIES, classes=CLASSES) -> list[str]:
+    """Write the models and the vectors of ``families`` into ``folder``, then
+    one vector per bug class in ``classes`` (on :data:`.classes.CLASS_FAMILY`);
+    return the vector names."""
     from ..models import tiny
 
     root = Path(folder)
@@ -38,7 +44,7 @@ def export(folder, families=FAMILIES) -> list[str]:
                       "eos_token_id": eos_ids, "expected": expected(target, draft, k, n, eos_ids)}
             (root / f"{name}.json").write_text(json.dumps(vector, indent=1) + "\n")
             names.append(name)
-    return names
+    return names + (export_classes(root, classes=classes) if classes else [])
 
 
 def _eos(target, n: int) -> list[int]:
@@ -49,14 +55,18 @@ def _eos(target, n: int) -> list[int]:
     return [reference_greedy(target, PROMPTS[0], n, None)[2]]
 
 
-def expected(target, draft, k: int, n: int, eos: list[int]) -> dict:
-    """Sequences, stop reasons and per-round records of the reference EQSPEC."""
+def expected(target, draft, k: int, n: int, eos: list[int], prompts=PROMPTS, check_invariants=True,
+             sampling: dict | None = None) -> dict:
+    """Sequences, stop reasons and per-round records of the reference EQSPEC
+    (speculative sampling with a vector's ``sampling``: :mod:`.sampled`)."""
     from .. import api
+    from .sampled import options
 
-    result = api.generate(target, draft, PROMPTS, method="eqspec", num_draft_tokens=k, max_new_tokens=n,
-                          eos_token_id=eos or None, check_invariants=True)
+    result = api.generate(target, draft, prompts, method="eqspec", num_draft_tokens=k, max_new_tokens=n,
+                          eos_token_id=eos or None, check_invariants=check_invariants,
+                          **(options(sampling) if sampling else {}))
     return {"sequences": result.sequences, "stop_reasons": result.stop_reasons,
-            "rounds": rounds(result.stats.per_round, max(map(len, PROMPTS)))}
+            "rounds": rounds(result.stats.per_round, max(map(len, prompts)))}
 
 
 def rounds(per_round, width: int) -> list[dict]:
