@@ -149,8 +149,9 @@ class Watch:
             chains = self.history.read(call, view)
             found = one_chain(chains)
             self.history.remember(chains, view)
-        except ValueError as error:
-            raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {error}") from None
+        except Exception as error:  # noqa: BLE001 - a crash here is the checker's, and must say what it could not read
+            what = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error} (a checker bug)"
+            raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {what}") from error
         self._found(found)
 
     def _found(self, found: list, obs=None) -> None:

@@ -214,3 +214,20 @@ def test_raise_mode_stops_the_decoder_at_the_wrong_call():
         with watch(target=target, draft=draft) as w:
             outside.decode(target, draft, WITH_PAD_ID, K, N, bug="batch_min")
     assert caught.value.call == first == w.calls
+
+
+def test_layout_checks_on_a_subset_of_rows_say_so_instead_of_crashing():
+    """The layout level needs calls over the whole grid; a draft call on the running
+    rows only (the paper's code) is named, where the earlier checker raised IndexError."""
+    from transformers import DynamicCache
+
+    target, draft = pair("qwen3")
+    tokens, mask = outside.left_pad(WITH_PAD_ID)
+    with pytest.raises(ValueError, match="called on 2 rows, but the grid of the last boundary"):
+        with watch(target=target, draft=draft, check="record") as w, torch.no_grad():
+            for model in (target, draft):
+                model(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1], cache=DynamicCache(config=model.config))
+            w.boundary(tokens, mask)
+            cache = DynamicCache(config=draft.config)
+            draft(input_ids=tokens[:2, :-2], attention_mask=mask[:2, :-2], cache=cache)
+            draft(input_ids=tokens[:2, -2:-1], attention_mask=mask[:2, :-1], cache=cache)
