@@ -23,7 +23,7 @@
 import inspect
 
 import torch
-from IPython.display import Code
+from IPython.display import Markdown
 
 from batchspec import viz
 from batchspec.examples import outside_decoder as outside
@@ -40,7 +40,7 @@ K, N = 3, 12
 # ## The decoder
 
 # %%
-Code(inspect.getsource(outside.decode), language="python")
+Markdown(f"```python\n{inspect.getsource(outside.decode)}```")  # shown as code, highlighted by the site
 
 # %% [markdown]
 # ## Checked with no glue
