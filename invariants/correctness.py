@@ -59,7 +59,10 @@ def one_chain(chains: Chains) -> list[Violation]:
     is let through on less (the position, or nothing).
     """
     t, att, rank = chains.cached, chains.attended, chains.rank
-    fed = chains.call.position_ids.to(rank) == rank[:, t:]  # [B, n]
+    positions = chains.call.position_ids.to(rank)  # [B, n]
+    if chains.checked == t and bool(att[:, t:].all()) and torch.equal(positions, rank[:, t:]):
+        return []  # the common case: the checked chain, extended by inputs fed at their indices
+    fed = positions == rank[:, t:]  # [B, n]
     hidden = ~att[:, t:] & (rank[:, t:] >= 0)  # inputs masked out after the chain began
     if chains.checked == t:  # the context is the previous call's chain, checked then
         if bool((fed | ~att[:, t:]).all()) and not bool(hidden.any()):
