@@ -52,7 +52,7 @@ class Chains:
     hashes: torch.Tensor | None = None
     _context: torch.Tensor | None = None  # [B, T, 4], or taken from ``_source`` when first read
     #: where the context labels come from when first read: (the previous call's Chains, T), its first T
-    #: slots; or (Chains, slot, at, attended), its chain elements by rank (History._moved)
+    #: slots; or (Chains, slot, at, attended, rows), its chain elements by rank (History._moved)
     _source: tuple | None = None
     _labels: torch.Tensor | None = None
 
@@ -68,11 +68,12 @@ class Chains:
             if len(self._source) == 2:  # the first T slots of the previous call's
                 source, t = self._source
                 self._context = source.labels()[:, :t]
-            else:  # the previous call's chain elements, by rank (History._moved)
-                source, slot, at, att = self._source
+            else:  # the previous call's chain elements, by rank, of the row each row continues (History._moved)
+                source, slot, at, att, rows = self._source
                 every = source.labels()
                 b, width = slot.shape
                 labels = every.new_full((b, width + 1, 4), -1).scatter(1, slot[..., None].expand(-1, -1, 4), every)
+                labels = labels[rows]
                 self._context = torch.where(att[..., None], labels.gather(1, at[..., None].expand(-1, -1, 4)),
                                             _UNREAD.to(every))
         return self._context
@@ -169,10 +170,10 @@ class History:
         attended = on(call.attention_mask, device) != 0  # [B, T + n]
         self.hashes = self.hasher.slot_hashes(view, t + n) if view.layers and view.length >= t + n else None
         before = self.carried.get(call.model)
-        if t and before is not None and before.hashes.shape[0] == ids.shape[0]:
+        if t and before is not None:
             held = on(self.hashes[:, :t], device)
-            if before.hashes.shape[1] >= t and torch.equal(held, before.hashes[:, :t]) \
-                    and torch.equal(attended[:, :t], before.attended[:, :t]):
+            if before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
+                    and torch.equal(held, before.hashes[:, :t]) and torch.equal(attended[:, :t], before.attended[:, :t]):
                 return self._inputs(call, attended, before, t)
             moved = self._moved(call, attended, before, held)
             if moved is not None:
@@ -196,19 +197,39 @@ class History:
         rank = att.cumsum(1) - 1  # [B, T]
         if bool((~att & (rank >= 0)).any()):
             return None  # a hole after the chain began: the full check (C1's hidden slots)
-        width = before.hashes.shape[1]
-        slot = torch.where(before.attended, before.rank, width)  # [B, W]: each element's rank, the rest to a spare
-        by_rank = held.new_full((b, width + 1), -1).scatter(1, slot, before.hashes)
+        width, previous = before.hashes.shape[1], before.hashes.shape[0]
+        slot = torch.where(before.attended, before.rank, width)  # [B', W]: each element's rank, the rest to a spare
+        by_rank = held.new_full((previous, width + 1), -1).scatter(1, slot, before.hashes)  # [B', W + 1]
         at = rank.clamp(0, width)
-        if not bool(((by_rank.gather(1, at) == held) | ~att).all()):
+        rows, checked = self._rows(by_rank, held, att, at)
+        if rows is None or not (checked or bool(((by_rank[rows].gather(1, at) == held) | ~att).all())):
             return None
-        tokens = held.new_full((b, width + 1), -1).scatter(1, slot, before.token)
+        tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)[rows]
         rank = torch.cat([rank, rank[:, -1:] + attended[:, t:].cumsum(1)], 1)
         token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
         contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
-                      _source=(before, slot, at, att))
+                      _source=(before, slot, at, att, rows))
+
+    @staticmethod
+    def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
+        """Which row of the previous call each row continues: itself when the batch kept
+        its rows; else the row whose chain holds, at this row's last attended rank,
+        this row's last attended slot (a last layer's value sees the whole prefix).
+        None when some row continues none. Also says whether the rows were already
+        compared in full (the batch kept its rows)."""
+        b = held.shape[0]
+        if by_rank.shape[0] == b and bool(((by_rank.gather(1, at) == held) | ~att).all()):
+            return torch.arange(b, device=held.device), True
+        last = torch.where(att, at, -1).max(1).values  # [B] the last attended rank (-1: none)
+        key = held.gather(1, torch.where(att, torch.arange(att.shape[1], device=att.device), -1).max(1, keepdim=True)
+                          .values.clamp(min=0))[:, 0]  # [B] the content of each row's last attended slot
+        match = by_rank[:, last.clamp(min=0)] == key[None, :]  # [B', B]
+        found = match.any(0) | (last < 0)
+        if not bool(found.all()):
+            return None, False
+        return match.long().argmax(0), False
 
     def _inputs(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", t: int) -> Chains:
         """The chains of a call whose context is the previous call's (see :meth:`read`):

@@ -99,9 +99,9 @@ class LabelTable:
             self.flush()
 
     def flush(self) -> None:
-        for chains in self.pending:
-            t = chains.cached
-            self.add(chains.hashes[:, t:].reshape(-1), chains.written().reshape(-1, 4))
+        if self.pending:
+            self.add(torch.cat([c.hashes[:, c.cached:].reshape(-1) for c in self.pending]),
+                     torch.cat([c.written().reshape(-1, 4) for c in self.pending]))
         self.pending.clear()
 
     def add(self, hashes: torch.Tensor, labels: torch.Tensor) -> None:
