@@ -35,8 +35,11 @@ idle, nine runs of --repeat 5 or 9: structural 8.4-9.3%, default
 2,800-2,900%.
 
 The watch part, measured on this 2-core CPU (default pair, batch 8, k 4, 32
-new tokens, float32, one thread, 7 runs each, medians; 2026-12-02):
-EQSPEC 16.9% (16.3–19.5), outside decoder 11.1% (10.6–11.8).
+new tokens, float32, one thread, 9 runs each, medians; 2026-12-02), in two
+runs: EQSPEC 16.1% and 15.6% (ranges 15.6–17.7, 14.5–15.9), the outside
+decoder 11.6% and 11.3%. EQSPEC's calls are the cheapest (an in-place
+cache, prebuilt masks), so the same per-call check weighs more there; about
+0.35 ms a call, mostly per-operation overhead.
 
     python benchmarks/check_overhead.py [--pair default|tiny-llama] [--batch 8] [--repeat 3]
 """
