@@ -97,11 +97,6 @@ class Chains:
         return torch.cat([self.context[..., 1], self.call.position_ids.to(self.token)], 1)
 
     @property
-    def prefix(self) -> torch.Tensor:
-        """Cached slots: the label's prefix hash; inputs: the chain before them."""
-        return torch.cat([self.context[..., 2], self.before[:, self.cached:]], 1)
-
-    @property
     def flag(self) -> torch.Tensor:
         """Cached slots: the label's flag (``slots.WRITTEN``, ...); inputs: ``WRITTEN``."""
         return torch.cat([self.context[..., 3], torch.full_like(self.call.input_ids, WRITTEN).to(self.token)], 1)

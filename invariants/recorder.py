@@ -36,7 +36,6 @@ I4/I5/I7 violations about a decoder it is not. For a sampler, fill
 
 from __future__ import annotations
 
-import functools
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -46,9 +45,11 @@ from transformers import Cache
 
 from ._util import on
 from .checker import violations as check_all
-from .correctness import one_chain, stops_where_it_should, target_choices
+from .correctness import one_chain
+from .outputs import stops_where_it_should, target_choices
 from .history import History
 from .ledger import Ledger
+from .masks import key_mask
 from .observation import CacheView, ForwardCall, Observation
 from .registry import INVARIANTS
 from .violation import InvariantViolation
@@ -302,32 +303,6 @@ class Watch:
         lines = [head + f"{len(self.violations)} violations"]
         lines += [f"  {v}" for v in self.violations[:5]]
         return "\n".join(lines)
-
-
-@functools.lru_cache(maxsize=64)
-def _causal(n: int, width: int, device) -> torch.Tensor:
-    """``[n, width]``: input ``j`` of ``n`` (the last ``n`` slots) sees slots ``<= width - n + j``.
-    Read only; a small cache of a pure function of its arguments."""
-    slots = torch.arange(width, device=device)
-    return slots[None, :] <= slots[width - n:, None]
-
-
-def key_mask(mask: torch.Tensor, name: str) -> torch.Tensor:
-    """A ``[B, 1, n, T + n]`` attention mask (boolean, or additive: 0 where
-    attended) read as the ``[B, T + n]`` mask it expands (Spec §2.4): its
-    last input's row, which in a causal mask sees every slot the row
-    attends. A 4D mask that is not that row made causal among the inputs
-    (per head, or not causal) has no one mask per row to check against the
-    grid, and is refused with ``ValueError``."""
-    seen = mask if mask.dtype == torch.bool else mask == 0
-    rows = seen[:, 0, -1, :]  # [B, T + n]
-    n, width = seen.shape[2], seen.shape[3]
-    causal = _causal(n, width, mask.device)  # [n, T + n]
-    if seen.shape[1] != 1 or not torch.equal(seen[:, 0], rows[:, None, :] & causal):
-        raise ValueError(f"watch: the {name} model was given a 4D attention mask {tuple(mask.shape)} that "
-                         "is not one row mask per sequence made causal over the inputs; pass the "
-                         "[B, T + n] mask, or that expansion of it")
-    return rows.long()
 
 
 @contextmanager
