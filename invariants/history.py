@@ -31,6 +31,8 @@ from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
 
 
 _UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
+#: At most this many lazy contexts in a row: building one reads the one before, recursively.
+DEPTH = 32
 
 
 @dataclass
@@ -55,6 +57,9 @@ class Chains:
     #: slots; or (Chains, slot, at, attended, rows), its chain elements by rank (History._moved)
     _source: tuple | None = None
     _labels: torch.Tensor | None = None
+    #: calls since the last one whose context labels were built: each lazy context reads the
+    #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
+    depth: int = 0
 
     @property
     def cached(self) -> int:
@@ -76,6 +81,7 @@ class Chains:
                 labels = labels[rows]
                 self._context = torch.where(att[..., None], labels.gather(1, at[..., None].expand(-1, -1, 4)),
                                             _UNREAD.to(every))
+            self._source, self.depth = None, 0  # built: the previous call's Chains need not live on
         return self._context
 
     def written(self) -> torch.Tensor:
@@ -205,7 +211,7 @@ class History:
         contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
-                      _source=(before, slot, at, att, rows))
+                      _source=(before, slot, at, att, rows), depth=self._bounded(before))
 
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
@@ -238,7 +244,16 @@ class History:
         node = torch.cat([before.node[:, :t], node_in], 1)
         return Chains(self.calls, call, attended, rank, torch.cat([before.token[:, :t], ids], 1),
                       torch.cat([before.before[:, :t], node_in - contrib], 1), node, self, checked=t,
-                      _source=(before, t))
+                      _source=(before, t), depth=self._bounded(before))
+
+    @staticmethod
+    def _bounded(before: Chains) -> int:
+        """The depth of a call whose context is read from ``before``'s; every
+        :data:`DEPTH` calls ``before``'s labels are built now, so that no chain of
+        lazy contexts (and of Chains kept alive by it) grows with the run."""
+        if before.depth + 1 >= DEPTH:
+            before.labels()
+        return before.depth + 1
 
     def _context(self, model: str, hashes: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """Labels ``[B, T, 4]`` of the cached slots with these content hashes: carried
@@ -266,11 +281,10 @@ class History:
             label[missing] = self.labels.lookup(hashes[missing])
         return label
 
-    def remember(self, chains: Chains, cache: CacheView) -> None:
-        """After the predicates: label the slots the call wrote, note which call
-        first fed each chain, and, for the target, what it chose (Spec §3.12.3)."""
-        call, t = chains.call, chains.cached
-        n = call.input_ids.shape[1]
+    def remember(self, chains: Chains) -> None:
+        """After the predicates: label the slots the call wrote, log the call's chains,
+        and, for the target, what it chose (Spec §3.12.3)."""
+        call = chains.call
         if self.hashes is not None:
             chains.hashes = on(self.hashes, chains.token.device)
             self.labels.write(chains)  # labelled in the table when a look-up first needs it

@@ -149,7 +149,7 @@ class Watch:
                                  f"[{call.input_ids.shape[0]}, {call.cache_length + call.input_ids.shape[1]}]")
             chains = self.history.read(call, view)
             found = one_chain(chains)
-            self.history.remember(chains, view)
+            self.history.remember(chains)
         except Exception as error:  # noqa: BLE001 - a crash here is the checker's, and must say what it could not read
             what = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error} (a checker bug)"
             raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {what}") from error

@@ -231,3 +231,22 @@ def test_layout_checks_on_a_subset_of_rows_say_so_instead_of_crashing():
             cache = DynamicCache(config=draft.config)
             draft(input_ids=tokens[:2, :-2], attention_mask=mask[:2, :-2], cache=cache)
             draft(input_ids=tokens[:2, -2:-1], attention_mask=mask[:2, :-1], cache=cache)
+
+
+def test_lazy_labels_stay_a_bounded_chain_over_a_long_run():
+    """Each call's context labels are read lazily from the previous call's; the chain of
+    such reads is cut every DEPTH calls, so a long run neither recurses past Python's
+    limit when a label is finally needed nor keeps every call's tensors alive."""
+    from batchspec.invariants.history import DEPTH
+
+    target, _ = pair("qwen3")
+    with watch(target=target) as w:
+        out = batchspec.generate(target, None, WITH_PAD_ID[:2], method="autoregressive", max_new_tokens=3 * DEPTH,
+                                 check_invariants=False).sequences
+        w.outputs(WITH_PAD_ID[:2], out, max_new_tokens=3 * DEPTH)
+    assert w.violations == [] and w.calls > 3 * DEPTH
+    chains, links = w.history.carried["target"], 0
+    while chains._source is not None:
+        chains, links = chains._source[0], links + 1
+    assert links < DEPTH
+    assert w.history.carried["target"].labels().shape[1] > 3 * DEPTH  # built without deep recursion
