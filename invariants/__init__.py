@@ -14,12 +14,12 @@ from .checker import check, violations
 from .correctness import CORRECTNESS
 from .holes import HOLE_AWARE
 from .ledger import Ledger
-from .observation import BOUNDARY_STEPS, MODELS, STEPS, CacheView, ForwardCall, KVOracle, Observation, SampledRound
+from .observation import BOUNDARY_STEPS, MODELS, STEP_NAMES, CacheView, ForwardCall, KVOracle, Observation, SampledRound
 from .recorder import Watch, watch
 from .registry import INVARIANTS
 from .violation import InvariantViolation, Violation
 
 __all__ = [
     "BOUNDARY_STEPS", "CORRECTNESS", "CacheView", "ForwardCall", "HOLE_AWARE", "INVARIANTS", "InvariantViolation",
-    "KVOracle", "Ledger", "MODELS", "Observation", "SampledRound", "STEPS", "Violation", "Watch", "check", "violations", "watch",
+    "KVOracle", "Ledger", "MODELS", "Observation", "SampledRound", "STEP_NAMES", "Violation", "Watch", "check", "violations", "watch",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import reporter
+from ._util import reporter, where_wrong
 from .observation import KVOracle, Observation
 from .violation import Violation
 
@@ -19,8 +19,9 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 5e-2, tor
 def cache_correspondence(obs: Observation, oracle: KVOracle | None = None) -> list[Violation]:
     """For each model's cache (Spec §3.3):
 
-    * it holds one entry per row and at least ``L - 1`` slots, exactly
-      ``L - 1`` at a round boundary (only speculative slots may follow);
+    * it holds one entry per row and is empty (nothing fed yet: a
+      prefill that feeds nothing, Spec §4.1) or holds at least ``L - 1`` slots,
+      exactly ``L - 1`` at a round boundary (only speculative slots may follow);
     * at a boundary, every slot is finite (a NaN in a masked padding slot
       still poisons attention: 0 x NaN = NaN). Checked there only: what a
       round writes and keeps is in the cache at its boundary;
@@ -36,13 +37,15 @@ def cache_correspondence(obs: Observation, oracle: KVOracle | None = None) -> li
         if view.layers and view.layers[0][0].shape[0] != rows:
             out.append(report(None, rows, view.layers[0][0].shape[0], "cache batch size differs from B", model))
             continue
+        if view.length == 0:  # nothing fed yet: nothing to correspond
+            continue
         if view.length < need or (obs.boundary and view.length != need):
             expected = need if obs.boundary else f">= {need}"
             out.append(report(None, expected, view.length, "cache length is not L - 1", model))
             continue
         # At a boundary only: a non-finite value written mid-round either stays in the cache,
         # and this boundary sees it, or is cropped with the rejected slots it sat in.
-        if obs.boundary and not finite(view.whole()):  # else: the common case
+        if obs.boundary and not finite(view.whole()):
             out.extend(_non_finite(view, model, report))
         if oracle is not None and not out:
             out.extend(_semantic(obs, model, view, oracle, report))
@@ -62,14 +65,12 @@ def finite(tensors) -> bool:
 
 
 def _non_finite(view, model, report) -> list[Violation]:
-    """The first non-finite slot of each row, per layer."""
+    """The first non-finite slot of each row, per layer (none when only a sum overflowed)."""
     out = []
     for layer, (keys, values) in enumerate(view.layers):
-        bad = ~(torch.isfinite(keys).all(dim=(1, 3)) & torch.isfinite(values).all(dim=(1, 3)))  # [B, T]
-        for i in bad.any(1).nonzero().flatten().tolist():
-            slot = int(bad[i].nonzero()[0])
-            out.append(report(i, "finite keys/values", f"non-finite at layer {layer}, slot {slot}",
-                              "cache slot holds NaN/inf", model))
+        held = torch.isfinite(keys).all(dim=(1, 3)) & torch.isfinite(values).all(dim=(1, 3))  # [B, T]
+        out += [report(i, "finite keys/values", f"non-finite at layer {layer}, slot {slot}",
+                       "cache slot holds NaN/inf", model) for i, slot in where_wrong(~held)]
     return out
 
 

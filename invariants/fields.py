@@ -7,13 +7,13 @@ unrelated invariant's message: it is a mistake in the glue, reported as a
 
 from __future__ import annotations
 
-from .observation import MODELS, STEPS, Observation
+from .observation import MODELS, STEP_NAMES, Observation
 
 
 def require_fields(obs: Observation) -> None:
     """Raise ``ValueError`` naming the first field ``obs`` lacks or misstates."""
-    if obs.step not in STEPS:
-        raise ValueError(f"Observation.step must be one of {STEPS}, got {obs.step!r}")
+    if obs.step not in STEP_NAMES:
+        raise ValueError(f"Observation.step must be one of {STEP_NAMES}, got {obs.step!r}")
     for name in obs.caches:
         if name not in MODELS:
             raise ValueError(f"Observation.caches: unknown model name {name!r}; use {MODELS}")

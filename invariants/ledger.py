@@ -18,16 +18,22 @@ matrix-vector product over the new slots only, and no extra forward.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ._util import on
 from .observation import CacheView, ForwardCall, Observation
 
+if TYPE_CHECKING:
+    from .memo import Memo
+
 #: Never-written marker in the token table.
 UNWRITTEN = -1
 
 
-def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | None = None) -> torch.Tensor:
+def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | None = None,
+                 memo: Memo | None = None) -> torch.Tensor:
     """``[B, stop - start, 2]``: slots ``start .. stop-1`` of ``view`` projected on
     a fixed random direction, at the first and at the last layer's keys (Spec §3.6);
     with ``tokens`` ``[B, stop - start]``, their ids follow as a third column.
@@ -40,12 +46,12 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     the keys' own device. A slot that was only copied usually gets the very
     same bits whether it is fingerprinted alone or with the whole cache, but
     not always: how a reduction is vectorised can depend on the shape, which
-    is what :data:`TOLERANCE` is for.
+    is what :data:`TOLERANCE` is for. ``memo`` keeps the directions built.
     """
     parts = []
     for keys, _values in (view.layers[0], view.layers[-1]) if len(view.layers) > 1 else view.layers:
         part = keys[:, :, start:stop]  # [B, H, n, D]
-        print_ = (part * direction(part)).sum(3).sum(1)  # [B, n], on the layer's device
+        print_ = (part * (direction(part) if memo is None else memo.direction(part))).sum(3).sum(1)  # [B, n]
         parts.append(on(print_, parts[0].device) if parts else print_)
     if len(parts) == 1:  # a one-layer model: its first layer is its last
         parts.append(parts[0])
@@ -54,21 +60,15 @@ def fingerprints(view: CacheView, start: int, stop: int, tokens: torch.Tensor | 
     return torch.stack(parts, dim=-1)  # [B, n, 2 or 3]
 
 
-_DIRECTIONS: dict = {}
-
-
 def direction(keys: torch.Tensor) -> torch.Tensor:
     """A fixed random direction ``[H, 1, D]`` of unit expected norm for ``keys``
     ``[B, H, n, D]`` (seed 0, the same on every device), in float64 for float64
-    keys and float32 otherwise, on the keys' device."""
+    keys and float32 otherwise, on the keys' device (a :class:`Memo` keeps it)."""
     heads, dim = keys.shape[1], keys.shape[3]
     dtype = torch.float64 if keys.dtype == torch.float64 else torch.float32
-    key = (heads, dim, dtype, keys.device)
-    if key not in _DIRECTIONS:
-        g = torch.Generator().manual_seed(0)
-        d = torch.randn(heads, dim, generator=g, dtype=torch.float64) / (heads * dim) ** 0.5
-        _DIRECTIONS[key] = d.to(keys.device, dtype)[:, None, :]
-    return _DIRECTIONS[key]
+    g = torch.Generator().manual_seed(0)
+    d = torch.randn(heads, dim, generator=g, dtype=torch.float64) / (heads * dim) ** 0.5
+    return d.to(keys.device, dtype)[:, None, :]
 
 
 #: Largest |now - written| / (1 + |written|) of a slot's fingerprint, by the
@@ -136,7 +136,7 @@ class Ledger:
         self.pending: dict = {}  # request -> (content before, committed tokens)
         self._recorded: set[int] = set()  # id() of calls already fingerprinted by a recorder
 
-    def record(self, call: ForwardCall, view: CacheView, requests: list) -> None:
+    def record(self, call: ForwardCall, view: CacheView, requests: list, memo: Memo | None = None) -> None:
         """Fingerprint the slots ``call`` wrote, read from ``view``, the model's
         cache after the call; ``requests[i]`` names batch row ``i``."""
         t, n = call.cache_length, call.input_ids.shape[1]
@@ -148,13 +148,14 @@ class Ledger:
         keys = view.layers[0][0]
         table = self.tables.get(call.model)
         if table is None:
-            table = self.tables[call.model] = _Table(keys.device, direction(keys).dtype)
+            table = self.tables[call.model] = _Table(keys.device, torch.promote_types(keys.dtype, torch.float32))
         if table.entries.is_inference() and not torch.is_inference_mode_enabled():
             table.entries = table.entries.clone()  # made in an inference-mode step; written in place below
         rows = table.index(requests)  # [B, 1]
         table.grow(len(table.rows), t + n)  # content indices are < t + n
-        _fed, index = call.content_positions()  # [B, n]; -1, the spare last column, at masked inputs
-        table.entries[rows, index] = fingerprints(view, t, t + n, call.input_ids)  # [B, n, 3]
+        # [B, n]; -1, the spare last column, at masked inputs
+        _fed, index = call.content_positions() if memo is None else memo.content_positions(call)
+        table.entries[rows, index] = fingerprints(view, t, t + n, call.input_ids, memo)  # [B, n, 3]
 
     def snapshot(self):
         """A copy to :meth:`restore` when a step is rolled back (a transactional caller)."""
@@ -174,7 +175,7 @@ class Ledger:
         """``call`` was fingerprinted when it returned; :meth:`observe` skips it."""
         self._recorded.add(id(call))
 
-    def observe(self, obs: Observation) -> None:
+    def observe(self, obs: Observation, memo: Memo | None = None) -> None:
         """Fingerprint the calls of ``obs`` no recorder saw, from the step's end caches."""
         requests = obs.requests if obs.requests is not None else list(range(obs.tokens.shape[0]))
         for call in obs.calls:
@@ -182,7 +183,7 @@ class Ledger:
                 continue
             view = obs.caches.get(call.model)
             if view is not None:
-                self.record(call, view, requests)
+                self.record(call, view, requests, memo)
         self._recorded.clear()
 
     def remember_commits(self, obs: Observation) -> None:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import functools
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from .memo import Memo
 
-@functools.lru_cache(maxsize=64)
-def _causal(n: int, width: int, device) -> torch.Tensor:
-    """``[n, width]``: input ``j`` of ``n`` (the last ``n`` slots) sees slots ``<= width - n + j``.
-    Read only; a small cache of a pure function of its arguments."""
+
+def causal(n: int, width: int, device) -> torch.Tensor:
+    """``[n, width]``: input ``j`` of ``n`` (the last ``n`` slots) sees slots ``<= width - n + j``
+    (a :class:`Memo` keeps it)."""
     slots = torch.arange(width, device=device)
     return slots[None, :] <= slots[width - n:, None]
 
 
-def key_mask(mask: torch.Tensor, name: str) -> torch.Tensor:
+def key_mask(mask: torch.Tensor, name: str, memo: Memo | None = None) -> torch.Tensor:
     """A ``[B, 1, n, T + n]`` attention mask (boolean, or additive: 0 where
     attended) read as the ``[B, T + n]`` mask it expands (Spec §2.4): its
     last input's row, which in a causal mask sees every slot the row
@@ -25,8 +27,8 @@ def key_mask(mask: torch.Tensor, name: str) -> torch.Tensor:
     seen = mask if mask.dtype == torch.bool else mask == 0
     rows = seen[:, 0, -1, :]  # [B, T + n]
     n, width = seen.shape[2], seen.shape[3]
-    causal = _causal(n, width, mask.device)  # [n, T + n]
-    if seen.shape[1] != 1 or not torch.equal(seen[:, 0], rows[:, None, :] & causal):
+    made_causal = causal(n, width, mask.device) if memo is None else memo.causal(n, width, mask.device)  # [n, T + n]
+    if seen.shape[1] != 1 or not torch.equal(seen[:, 0], rows[:, None, :] & made_causal):
         raise ValueError(f"watch: the {name} model was given a 4D attention mask {tuple(mask.shape)} that "
                          "is not one row mask per sequence made causal over the inputs; pass the "
                          "[B, T + n] mask, or that expansion of it")

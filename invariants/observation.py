@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 
 BOUNDARY_STEPS = ("prefill", "align")
-STEPS = ("prefill", "draft", "verify", "align", "finish")
+STEP_NAMES = ("prefill", "draft", "verify", "align", "finish")
 MODELS = ("target", "draft")
 
 
@@ -63,20 +63,13 @@ class ForwardCall:
         """``(fed, index)``, each ``[B, n]``: which inputs the mask attends, and at
         those ``cumsum(attention_mask != 0) - 1`` (int64, whatever the mask's
         dtype), the content index (and so the position id) each must have
-        (Spec §3.2); ``-1`` at masked inputs.
-        Computed on first use and kept: I2 and the ledger's fingerprints both
-        read it (again after the mask is replaced or changed in place, and
-        every time for a mask made under ``torch.inference_mode``, which keeps
-        no version counter)."""
-        memo = self.__dict__.get("_content_positions")
-        mask, t = self.attention_mask, self.cache_length
-        version = None if mask.is_inference() else mask._version  # inference tensors keep no count
-        if memo is None or memo[0] is not mask or memo[1] != (t, version) or version is None:
-            attended = mask != 0  # [B, T + n]: any dtype, any nonzero value attends
-            fed = attended[:, t:]
-            index = torch.where(fed, attended.cumsum(1)[:, t:] - 1, -1)
-            memo = self.__dict__["_content_positions"] = (mask, (t, version), fed, index)
-        return memo[2], memo[3]
+        (Spec §3.2); ``-1`` at masked inputs. Computed from the mask as it is
+        now, at every call (a checker's :class:`~batchspec.invariants.memo.Memo`
+        keeps it for the one check in which I2 and the ledger both read it)."""
+        t = self.cache_length
+        attended = self.attention_mask != 0  # [B, T + n]: any dtype, any nonzero value attends
+        fed = attended[:, t:]
+        return fed, torch.where(fed, attended.cumsum(1)[:, t:] - 1, -1)
 
 
 @dataclass
@@ -143,7 +136,7 @@ class SampledRound:
     draft_logits: list  # k'+1 tensors [B, V] the draft calls returned, the last at the bonus slot ([] without a draft)
     positions: list[int]  # per row, the absolute position t of slot 0 (c_i)
     #: ``rule(request, t, target_logits [V], draft_logits [V] | None, draft | None) -> (y_t, x_t)``:
-    #: the decoder's per-position rule with its keyed uniforms (batchspec's: ``Sampler.rule``).
+    #: the decoder's per-position rule with its keyed uniforms (batchspec's: ``Sampler.sample_position``).
     rule: Callable
 
 
@@ -153,7 +146,7 @@ class Observation:
 
     Attributes:
         round: the round number (0 for prefill, 1 for the first round).
-        step: one of :data:`STEPS`; ``prefill`` and ``align`` are boundaries.
+        step: one of :data:`STEP_NAMES`; ``prefill`` and ``align`` are boundaries.
         tokens: ``[B, L]`` the token grid the decoder holds after the step;
             padding slots may hold anything.
         mask: ``[B, L]`` the attention mask the decoder holds for the grid.

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import torch
 
-from ._util import reporter
+from ._util import reporter, same, where_wrong
+from .memo import Memo
 from .observation import Observation
 from .violation import Violation
 
 
-def position_continuity(obs: Observation) -> list[Violation]:
+def position_continuity(obs: Observation, memo: Memo | None = None) -> list[Violation]:
     """Checked on the tensors really passed to each forward call, for both
     models (Spec §3.2):
 
     * every attended input token's position id is ``cumsum(mask) - 1`` of the
       attention mask passed with it: content token ``j`` sits at position
       ``j`` whatever the padding;
-    * after prefill, a row's first input of a call continues its committed
-      stream: position ``c_i - 1`` plus the speculative slots already cached.
+    * a call over the committed slots (a cache of ``T >= L - 1``) continues
+      the row's committed stream: its first input at position ``c_i - 1``
+      plus the speculative slots already cached. A call over a shorter cache
+      (a prefill, a prefill that fed nothing, Spec §4.1) feeds committed slots
+      first, whose positions the mask derives and I4 pins to the grid mask.
     """
     report = reporter(obs, "I2", "position_continuity")
+    memo = memo or Memo()
     out: list[Violation] = []
     for call in obs.calls:
         t, n = call.cache_length, call.input_ids.shape[1]
@@ -27,34 +32,32 @@ def position_continuity(obs: Observation) -> list[Violation]:
             out.append(report(None, t + n, call.attention_mask.shape[1],
                               "attention mask does not cover the cached slots and the inputs", call.model))
             continue
-        fed, expected = call.content_positions()  # [B, n]: attended inputs, cumsum(mask) - 1
-        if not torch.equal(torch.where(fed, expected, call.position_ids), call.position_ids):
-            out.extend(_misplaced(call, fed, expected, report))  # computed only for a violation
-        if obs.step != "prefill" and n:
-            out.extend(_discontinued(obs, call, report))
+        # the statement: every attended input at cumsum(mask) - 1 ...
+        fed, derived = memo.content_positions(call)  # [B, n]
+        placed = torch.where(fed, derived, call.position_ids)  # the positions fed, derived where attended
+        if not same(call.position_ids, placed):
+            out.extend(_misplaced(call, placed, report))
+        if not n or t < obs.width - 1:  # a call that also feeds committed slots: their positions are derived above
+            continue
+        # ... and the first input of a call over the committed slots at c_i - 1 plus the speculative slots cached
+        speculative = t - (obs.width - 1)
+        b = min(obs.tokens.shape[0], call.position_ids.shape[0])
+        first = call.position_ids[:b, 0].tolist()  # [b]: one small transfer
+        continued = [c - 1 + speculative for c in obs.length[:b]]
+        if first != continued:
+            out.extend(_discontinued(call, first, continued, speculative, report))
     return out
 
 
-def _misplaced(call, fed, expected, report) -> list[Violation]:
+def _misplaced(call, placed, report) -> list[Violation]:
     """Each row's first attended input whose position id is not ``cumsum(mask) - 1``."""
-    out = []
-    wrong = fed & (call.position_ids != expected)  # [B, n]
-    for i in wrong.any(1).nonzero().flatten().tolist():
-        j = int(wrong[i].nonzero()[0])
-        out.append(report(i, int(expected[i, j]), int(call.position_ids[i, j]),
-                          f"position id of input {j} is not cumsum(mask) - 1", call.model))
-    return out
+    return [report(i, int(placed[i, j]), int(call.position_ids[i, j]),
+                   f"position id of input {j} is not cumsum(mask) - 1", call.model)
+            for i, j in where_wrong(call.position_ids != placed)]
 
 
-def _discontinued(obs, call, report) -> list[Violation]:
+def _discontinued(call, first, continued, speculative, report) -> list[Violation]:
     """Rows whose first input is not at ``c_i - 1`` plus the speculative slots cached."""
-    speculative = call.cache_length - (obs.width - 1)
-    b = min(obs.tokens.shape[0], call.position_ids.shape[0])
-    ids = call.position_ids if call.position_ids.shape[0] == b else call.position_ids[:b]
-    first = ids[:, 0].tolist()  # [b]: one small transfer
-    out = []
-    for i, (c, got) in enumerate(zip(obs.length[:b], first)):
-        if got != c - 1 + speculative:
-            out.append(report(i, c - 1 + speculative, got, "first input does not continue the row's committed "
-                              f"stream (c_i - 1 + {speculative} speculative cached slots)", call.model))
-    return out
+    return [report(i, want, got, "first input does not continue the row's committed "
+                   f"stream (c_i - 1 + {speculative} speculative cached slots)", call.model)
+            for i, (want, got) in enumerate(zip(continued, first)) if got != want]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ._util import on, reporter
+from ._util import on, reporter, where_wrong
 from .ledger import TOLERANCE, UNWRITTEN, Ledger, fingerprints
+from .memo import Memo
 from .observation import Observation
 from .violation import Violation
 
 
-def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Violation]:
+def cache_provenance(obs: Observation, ledger: Ledger | None = None, memo: Memo | None = None) -> list[Violation]:
     """Every committed slot of every cache holds the key written for the token
     that lives there (Spec §3.6).
 
@@ -43,39 +44,41 @@ def cache_provenance(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         if table is None or span == 0 or not view.layers or view.layers[0][0].shape[0] != len(requests):
             continue  # nothing written yet, or a shape I3 reports
         held, index, tokens = grid if span == need else (t[:, :span] for t in grid)  # [B, span]
-        held, now, then = _read(table, requests, view, held, index, tokens)
-        if not torch.equal(torch.where(held[..., None], now, then), then):  # exact: the common case
-            out.extend(_violations(report, model, held, now, then))  # [] when within the tolerance
+        held, now, then = _read(table, requests, view, held, index, tokens, memo)
+        # the statement: every live slot holds what was written for its token at its content index
+        if not _as_written(held, now, then):
+            out.extend(_violations(report, model, held, now, then))
     return out
 
 
-def _read(table, requests, view, held, index, tokens) -> tuple:
+def _as_written(live, now, then) -> bool:
+    """No live slot is :func:`_stale`: one exact comparison first (a slot that was
+    only copied usually keeps its fingerprint bit for bit), the tolerance only
+    when that fails."""
+    return torch.equal(torch.where(live[..., None], now, then), then) or not bool(_stale(live, now, then).any())
+
+
+def _read(table, requests, view, held, index, tokens, memo: Memo | None = None) -> tuple:
     """``(held, now, then)`` over the first ``span = index.shape[1]`` slots: the live
     slots (on the table's device), their fingerprints and tokens as the cache
     holds them now, and as they were written at their content index."""
     rows = table.index(requests)  # [B, 1]; first: a request never written grows the table
     table.grow(len(table.rows), index.shape[1])  # then every index < span is a column (-1: the spare one)
     then = table.entries[rows, on(index, rows.device)]  # [B, span, 3]: 2 fingerprints, the token
-    now = fingerprints(view, 0, index.shape[1], tokens)  # [B, span, 3]
+    now = fingerprints(view, 0, index.shape[1], tokens, memo)  # [B, span, 3]
     return on(held, then.device), now, then  # the grid may live on another device than the cache
 
 
 def _violations(report, model, live, now, then) -> list[Violation]:
     """One violation per row with a :func:`_stale` slot, at its first."""
-    bad = _stale(live, now, then)
-    out = []
-    for i in bad.any(1).nonzero().flatten().tolist():
-        slot = int(bad[i].nonzero()[0])
-        j = int(live[i, : slot + 1].sum()) - 1  # unclamped content index
-        out.append(_explain(report, model, i, slot, j, now[i], then[i]))
-    return out
+    return [_explain(report, model, i, slot, int(live[i, : slot + 1].sum()) - 1, now[i], then[i])  # j unclamped
+            for i, slot in where_wrong(_stale(live, now, then))]
 
 
 def _stale(live, now, then) -> torch.Tensor:
     """``[B, span]``: live slots whose fingerprints are not within :data:`TOLERANCE`
     (relative; NaN never is, equal values always are) of what was written, or
-    whose token differs. A slot that was only copied usually holds its
-    fingerprint bit for bit, which :func:`cache_provenance` tries first."""
+    whose token differs."""
     tol = TOLERANCE.get(then.dtype, 1e-4)
     now_, then_ = now[..., :2], then[..., :2]
     close = ((now_ == then_) | ((now_ - then_).abs() <= tol * (1 + then_.abs()))).all(-1)  # [B, span]
@@ -132,12 +135,11 @@ def committed_stream(obs: Observation, ledger: Ledger | None = None) -> list[Vio
         if r not in ledger.pending:
             continue
         before, committed = ledger.pending[r]
-        gained = now[len(before):] if now[:len(before)] == before else None
-        if gained is not None and ledger.derived and gained == committed[:len(gained)]:
+        gained = now[len(before):] if now[:len(before)] == before else None  # None: the content before changed
+        # the statement: content now = content before + committed (derived commits: a prefix of them)
+        if gained == committed or (ledger.derived and gained is not None and gained == committed[:len(gained)]):
             continue
-        if now != before + committed:
-            n = len(before)
-            out.append(report(i, committed, now[n:] if now[:n] == before else now,
-                              "the grid did not gain exactly the committed tokens"
-                              + ("" if now[:n] == before else " (its earlier content changed)")))
+        out.append(report(i, committed, now if gained is None else gained,
+                          "the grid did not gain exactly the committed tokens"
+                          + ("" if gained is not None else " (its earlier content changed)")))
     return out

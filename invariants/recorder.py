@@ -50,6 +50,7 @@ from .outputs import stops_where_it_should, target_choices
 from .history import History
 from .ledger import Ledger
 from .masks import key_mask
+from .memo import Memo
 from .observation import CacheView, ForwardCall, Observation
 from .registry import INVARIANTS
 from .violation import InvariantViolation
@@ -63,6 +64,7 @@ class Watch:
             raise ValueError(f"watch: check must be 'raise' or 'record', got {check!r}")
         self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
         self.ledger = None if structural else Ledger(derived=True)
+        self.memo = Memo()  # what the layout checks build once (a round's masks), for this block only
         self.violations: list = []
         #: the correctness checker's memory (C1-C3, Spec §3.12): labels of every slot
         #: written, and what the target chose after every chain it ran on
@@ -181,8 +183,7 @@ class Watch:
         self.violations.sort(key=lambda v: (v.call is None, v.call or 0))
         return found
 
-    @staticmethod
-    def _call(name, args, kwargs, t, logits) -> ForwardCall:
+    def _call(self, name, args, kwargs, t, logits) -> ForwardCall:
         ids = kwargs.get("input_ids", args[0] if args else None)  # [B, n]
         if ids is None:
             raise ValueError(f"watch: the {name} model was called without input_ids (inputs_embeds "
@@ -191,7 +192,7 @@ class Watch:
         mask = kwargs.get("attention_mask")
         mask = torch.ones((b, t + n), dtype=torch.long, device=ids.device) if mask is None else mask
         if mask.dim() == 4:  # what the attention reads, as batchspec's own decoders pass it after prefill
-            mask = key_mask(mask, name)
+            mask = key_mask(mask, name, self.memo)
         positions = kwargs.get("position_ids")
         if positions is None:  # what the model uses then: the cache slots' indices
             positions = torch.arange(t, t + n, device=ids.device).expand(b, n)
@@ -211,7 +212,7 @@ class Watch:
                              "(I1-I8) need calls over the whole grid; without boundary() calls, watch checks "
                              "the correctness invariants C1-C3, which hold for any schedule")
         if self.ledger is not None:
-            self.ledger.record(call, CacheView.from_hf(cache), self.grid[2])
+            self.ledger.record(call, CacheView.from_hf(cache), self.grid[2], self.memo)
             self.ledger.mark(call)
         if name == "draft":
             if self.drafts is None:
@@ -285,7 +286,7 @@ class Watch:
         self.steps += 1
         self._checking = True
         try:
-            found = check_all(obs, self.oracle, self.registry, self.ledger)
+            found = check_all(obs, self.oracle, self.registry, self.ledger, self.memo)
         finally:
             self._checking = False
         self._found(found, obs)

@@ -28,5 +28,13 @@ INVARIANTS = (
     ("I8", sampled_verification),
 )
 
-#: Which option each predicate reads (the others take the observation only).
-OPTIONS = {cache_correspondence: "oracle", cache_provenance: "ledger", committed_stream: "ledger"}
+#: Which options each predicate reads besides the observation: the run's ledger, the
+#: semantic oracle, the checker's :class:`~batchspec.invariants.memo.Memo`.
+OPTIONS = {
+    rectangular_alignment: ("memo",),
+    position_continuity: ("memo",),
+    cache_correspondence: ("oracle",),
+    draft_target_sync: ("memo",),
+    cache_provenance: ("ledger", "memo"),
+    committed_stream: ("ledger",),
+}

@@ -9,7 +9,11 @@ really returned and the uniforms keyed by (request, position, purpose).
 
 from __future__ import annotations
 
-from ._util import reporter
+from dataclasses import dataclass
+
+import torch
+
+from ._util import from_newest, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -35,7 +39,7 @@ def sampled_verification(obs: Observation) -> list[Violation]:
     if not verify or verify[-1].logits is None:
         return [report(None, "a target call with recorded logits", len(verify),
                        "tokens committed without a recorded verification call", "target")]
-    call, record = verify[-1], obs.sampled
+    call, record = _FromNewest(*from_newest(obs, verify[-1])), obs.sampled
     n = call.input_ids.shape[1]
     k = 0 if obs.draft_tokens is None else obs.draft_tokens.shape[1]
     if call.logits.shape[1] != n or (record.draft_logits and len(record.draft_logits) != k + 1):
@@ -48,6 +52,14 @@ def sampled_verification(obs: Observation) -> list[Violation]:
         if found:
             out.append(report(i, *found))
     return out
+
+
+@dataclass
+class _FromNewest:
+    """A verification call's inputs and logits from the newest committed token on."""
+
+    input_ids: torch.Tensor  # [B, n]
+    logits: torch.Tensor  # [B, n, V]
 
 
 def _row(obs, call, record, i, tokens, n, k):

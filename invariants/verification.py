@@ -9,7 +9,7 @@ tensors the target really returned (style §3), not on a re-derivation.
 
 from __future__ import annotations
 
-from ._util import reporter
+from ._util import from_newest, reporter
 from .observation import Observation
 from .violation import Violation
 
@@ -19,8 +19,9 @@ def greedy_verification(obs: Observation) -> list[Violation]:
 
     Checked at the step that decides acceptance (``obs.committed`` set), on
     the last target call of that step, whose input for row ``i`` is the
-    newest committed token followed by the drafts (I4 checks that lead), and
-    whose logits are what the target returned:
+    newest committed token followed by the drafts (I4 checks that lead;
+    after a prefill that fed nothing the committed slots its cache lacked come first,
+    Spec §4.1), and whose logits are what the target returned:
 
     * committed token ``j`` is the argmax of the logits at input ``j``;
     * for ``j >= 1``, input ``j`` is committed token ``j - 1``: the logits
@@ -38,13 +39,13 @@ def greedy_verification(obs: Observation) -> list[Violation]:
     if not verify or verify[-1].logits is None:
         return [report(None, "a target call with recorded logits", len(verify),
                        "tokens committed without a recorded verification call", "target")]
-    call = verify[-1]
-    n = call.input_ids.shape[1]
-    if call.logits.shape[1] != n:
-        return [report(None, f"logits for all {n} inputs", call.logits.shape[1],
+    inputs, logits = from_newest(obs, verify[-1])  # [B, n] from the newest token on, their logits
+    n = inputs.shape[1]
+    if logits.shape[1] != n:
+        return [report(None, f"logits for all {n} inputs", logits.shape[1],
                        "verification call did not return logits for every input", "target")]
-    choice = call.logits.argmax(-1).tolist()  # [B][n]: two small transfers, then plain Python
-    fed = call.input_ids.tolist()  # [B][n]
+    choice = logits.argmax(-1).tolist()  # [B][n]: two small transfers, then plain Python
+    fed = inputs.tolist()  # [B][n]
     out: list[Violation] = []
     for i, tokens in enumerate(obs.committed):
         if len(tokens) > n:

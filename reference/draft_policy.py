@@ -15,9 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 #: The largest ``k'`` the policy considers.
 AUTO_MAX_K = 8
+
+#: The policies ``num_draft_tokens`` may name instead of an int.
+POLICY_NAMES = ("auto", "confident")
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,65 @@ class AutoK:
         self.tried += len(matches)
 
 
+@dataclass
+class Confident:
+    """The confidence-stopped draft policy (Spec §4.2.3): keep drafting while
+    the draft is sure of its proposals, up to ``k_max``.
+
+    A row stays *confident* while every draft it proposed this round had a
+    draft probability of at least ``threshold`` (under sampling, the
+    probability of the drawn token under the warped ``q``). Drafting stops
+    after the first draft at which no row is confident any more, or at
+    ``k_max``. A less confident draft is still proposed (it may well be
+    accepted); its successors are not. ``k'`` stays one number for the whole
+    round, so the round's layout is that of a fixed ``k'`` (Spec §2). At
+    batch 1 this is transformers' ``assistant_confidence_threshold``.
+    """
+
+    threshold: float = 0.4
+    k_max: int = 16
+    chosen: list[int] = field(default_factory=list)  # k' drafted per round, for statistics
+    confident: torch.Tensor | None = field(default=None, repr=False)  # [B] bool, this round's rows
+
+    def choose(self, batch: int) -> int:
+        """The cap of the round; :meth:`keep_drafting` ends it earlier."""
+        self.confident = None
+        return self.k_max
+
+    def keep_drafting(self, probability: torch.Tensor) -> bool:
+        """``probability [B]``: each row's draft probability of its newest draft.
+        True while some row has been confident at every draft of the round."""
+        if self.confident is None:
+            self.confident = torch.ones_like(probability, dtype=torch.bool)
+        self.confident, more = keep_drafting(self.confident, probability, self.threshold)
+        return more
+
+    def observe(self, drafted: int, accepted: list[int]) -> None:
+        self.chosen.append(drafted)
+
+
+def keep_drafting(confident: torch.Tensor, probability: torch.Tensor, threshold: float) -> tuple[torch.Tensor, bool]:
+    """``(confident after this draft [B], whether to draft again)`` (Spec §4.2.3): a row
+    stays confident while each of its drafts had probability ``>= threshold``; drafting
+    goes on while some row is confident."""
+    confident = confident & (probability >= threshold)
+    return confident, bool(confident.any())
+
+
 def draft_length(k, batch: int) -> int:
-    """``k`` for this round: the int itself, or what a policy chooses."""
+    """``k`` for this round (its cap for a policy that stops while drafting):
+    the int itself, or what a policy chooses."""
     return k if isinstance(k, int) else k.choose(batch)
+
+
+def largest_k(k) -> int:
+    """The most drafts a round of ``k`` (an int or a policy) may propose."""
+    return k if isinstance(k, int) else k.k_max
+
+
+def stops_while_drafting(k) -> bool:
+    """Whether ``k`` is a policy that may end a round's drafting early (Spec §4.2.3)."""
+    return hasattr(k, "keep_drafting")
 
 
 def observe_round(k, record) -> None:

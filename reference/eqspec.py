@@ -13,7 +13,7 @@ from typing import Generator
 import torch
 
 from . import acceptance, state as layout, steps as transitions
-from .draft_policy import draft_length, observe_round
+from .draft_policy import draft_length, observe_round, stops_while_drafting
 from .state import BatchState, RowOutput
 from .steps import Models, Round
 
@@ -49,7 +49,7 @@ class RoundRecord:
     accepted: list[int]  # m_i, drafts accepted
     committed: list[int]  # a_i, tokens appended (after EOS / budget cuts)
     width: int  # L' after the round
-    moved: bool  # a realignment gather ran (some δ_i != 0 or a row left)
+    moved: bool  # the caches were realigned (some δ_i != 0 or a row left), not only cropped
     wasted: list[int] | None = None  # verified tokens thrown away per row (rollback baseline)
     alpha: list[list[float]] | None = None  # per row, Σ min(p, q) at each drafted slot (sampling)
     probed: list[int] | None = None  # k' = 0: per row, 1 if a one-token draft would have been accepted
@@ -104,16 +104,21 @@ class Speculation:
 
 
 def speculate(models, state: BatchState, k, max_new_tokens, eos,
-              steps: Steps = STEPS) -> Generator[Event, None, Speculation]:
+              steps: Steps = STEPS, policy=None) -> Generator[Event, None, Speculation]:
     """Steps 1–3 of a round on an aligned batch (Spec §4.7.1): draft, verify
-    and decide, catch the draft cache up. Returns what was decided."""
+    and decide, catch the draft cache up. Returns what was decided.
+    ``policy``: a draft policy that may stop drafting before ``k`` (Spec §4.2.3)."""
     budget = max_new_tokens - state.generated  # [B] remaining per row
-    # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2).
+    # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2),
+    # fewer if the policy stops drafting early (Spec §4.2.3).
     rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)),
                 sampler=steps.sampler, requests=list(state.requests), start=state.length.clone())
-    for _ in range(rnd.k):
+    while rnd.drafts.shape[1] < rnd.k:
         calls: list = []
         steps.draft_one(models, state, rnd, calls)
+        j = rnd.drafts.shape[1]
+        if j < rnd.k and stops_while_drafting(policy) and not policy.keep_drafting(rnd.newest_probability()):
+            rnd.stop_at(j)
         yield Event("draft", "draft", state, calls, rnd.drafts)
     if rnd.sampler is not None and models.draft is not None:  # q at the bonus slot: the catch-up, run first (Spec §4.3.2)
         calls = []
@@ -149,7 +154,7 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     state.round += 1
     k_round = draft_length(k, state.batch)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
     # 1.-3. Draft, verify and decide, catch up (Spec §4.7.1).
-    spec = yield from speculate(models, state, k_round, max_new_tokens, eos, steps)
+    spec = yield from speculate(models, state, k_round, max_new_tokens, eos, steps, policy=k)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     for request, tokens, finished, eos_hit in zip(state.requests, spec.committed, spec.finished.tolist(),
                                                   spec.eos_hit.tolist()):
@@ -157,7 +162,7 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
         if finished:
             outputs[request].stop = "eos" if eos_hit else "length"
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
-    plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished, state.width)
+    plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished)
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
                          spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0,
                          alpha=alphas(spec.verdict), probed=spec.probed)

@@ -18,7 +18,7 @@ observed on its own, as the one-row batch it now is.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generator
+from typing import Callable, Generator
 
 import torch
 
@@ -27,7 +27,7 @@ from .eqspec import Event, RoundRecord, Steps, alphas, speculate
 from .draft_policy import draft_length, observe_round
 from .exspec_policy import Policy
 from .exspec_pool import Pool
-from .state import RowOutput
+from .state import BatchState, RowOutput
 from .steps import Models
 
 
@@ -36,8 +36,8 @@ class ExspecSteps(Steps):
     """EQSPEC's transitions plus EXSPEC's two moves (Spec §8.3), swappable
     the same way: ``dataclasses.replace(EXSPEC_STEPS, form=...)``."""
 
-    form: object = exspec_pool.form
-    release: object = exspec_pool.release
+    form: Callable[..., tuple[BatchState, bool]] = exspec_pool.form  # (models, members, round, reuse)
+    release: Callable[..., list[exspec_pool.Member]] = exspec_pool.release  # (state, grid, length, rows)
 
 
 EXSPEC_STEPS = ExspecSteps()
@@ -89,7 +89,8 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     pool.storage = (state.target_cache, state.draft_cache)
     yield Event("align" if realigned else "other", "align", state, [])
     # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
-    spec = yield from speculate(models, state, draft_length(k, state.batch), max_new_tokens, eos, steps)
+    spec = yield from speculate(models, state, draft_length(k, state.batch), max_new_tokens, eos, steps,
+                                 policy=k)
     a, finished, verdict = spec.a, spec.finished, spec.verdict
     # 6. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     done: dict[int, RowOutput] = {}

@@ -20,15 +20,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-#: Rounds a member may sit unchosen before a policy must take it. It bounds
-#: the head-of-line blocking a member ahead of (or far from) the others would
-#: otherwise suffer in the window (paper §4: EXSPEC's P90/P99 waits were
-#: 1.5-7.7x worse than EQSPEC's); how long requests wait in the queue is up
-#: to the policy (see ``batchspec.scheduler.Scheduler``). With the default
-#: window ``W = 4B`` a member is passed over about 3 rounds in 4; in
-#: simulated runs (64-128 prompts, B = 2..16) 16 leaves the group rate of
-#: :func:`laggards_first` as it is without a bound and caps the longest wait
-#: near 16 rounds instead of up to ~56, where 8 costs up to half of the groups.
+#: Rounds a member may sit unchosen before a policy must take it (Spec §8.2): it
+#: bounds the head-of-line blocking of a member far from the others in the
+#: window; how long requests wait in the queue is up to the policy (see
+#: ``batchspec.scheduler.Scheduler``). Why 16, as measured: docs/design.md, "The idle bound".
 MAX_IDLE = 16
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..invariants.observation import CacheView, Observation
-from . import cache as kv
+from .rows import Row, split, stack
 from .exspec_policy import Candidate
 from .state import BatchState, RowOutput, left_pad
 
@@ -27,8 +27,8 @@ class Member:
     request: int
     tokens: torch.Tensor  # [c_i] prompt + generated
     prompt_length: int
-    target_kv: kv.Row  # c_i - 1 slots, every layer in one tensor
-    draft_kv: kv.Row | None
+    target_kv: Row  # c_i - 1 slots, every layer in one tensor
+    draft_kv: Row | None
     output: RowOutput = field(default_factory=RowOutput)
     idle: int = 0  # rounds since it was last in a batch
 
@@ -72,7 +72,7 @@ class Pool:
     queue: deque = field(default_factory=deque)  # (request, prompt)
     window: list[Member] = field(default_factory=list)
     round: int = 0
-    # The last formed batch's (target, draft) caches: storage the next batch overwrites (kv.stack),
+    # The last formed batch's (target, draft) caches: storage the next batch overwrites (:func:`~.rows.stack`),
     # every slot it reads written or zeroed first. Scratch, not state: snapshot() does not save it.
     # Dropped when the pool empties, so an idle pool holds no batch.
     storage: tuple = (None, None)
@@ -98,7 +98,7 @@ class Pool:
         their tensors are shared, which is valid because no move of the pool
         writes a slot a member reads: ``form`` copies members' slots into
         the batch, and ``release`` gives a member that grew a new
-        :class:`~.cache.Row` whose new slots lie past the old Row's length,
+        :class:`~.rows.Row` whose new slots lie past the old Row's length,
         written in place only while no longer Row over that storage exists
         (else copied), so no snapshot's member, however snapshots are
         restored, sees its slots change. A move that writes live slots in
@@ -144,7 +144,7 @@ def form(models, members: list[Member], round_: int, reuse: tuple = (None, None)
     """Stack members into one batch (Spec §8.3). Returns ``(state, realigned)``.
 
     ``reuse``: the previous batch's ``(target, draft)`` caches, whose storage
-    this batch overwrites when it is large enough (:func:`~.cache.stack`).
+    this batch overwrites when it is large enough (:func:`~.rows.stack`).
 
     Equal lengths (paper §4, Corollaries B.2/B.3): the members are stacked as
     they are — no padding change, no position recompute, no cache shift.
@@ -159,8 +159,8 @@ def form(models, members: list[Member], round_: int, reuse: tuple = (None, None)
     else:
         tokens = torch.stack([m.tokens for m in members])  # [B, L]
     p = pad.tolist()
-    target = kv.stack(models.target, [m.target_kv for m in members], p, reuse[0])
-    draft = kv.stack(models.draft, [m.draft_kv for m in members], p, reuse[1]) if models.draft is not None else None
+    target = stack(models.target, [m.target_kv for m in members], p, reuse[0])
+    draft = stack(models.draft, [m.draft_kv for m in members], p, reuse[1]) if models.draft is not None else None
     prompt_length = torch.tensor([m.prompt_length for m in members], device=length.device)
     return BatchState(tokens, pad, length, [m.request for m in members], prompt_length, target, draft,
                       round_), realigned
@@ -176,7 +176,7 @@ def release(state: BatchState, grid: torch.Tensor, length: list[int], rows: list
     """
     pad = state.pad.tolist()
     spans = [(b, pad[b], pad[b] + length[b] - 1) for b in rows]
-    target = kv.split(state.target_cache, spans)
-    draft = kv.split(state.draft_cache, spans) if state.draft_cache is not None else [None] * len(rows)
+    target = split(state.target_cache, spans)
+    draft = split(state.draft_cache, spans) if state.draft_cache is not None else [None] * len(rows)
     return [Member(state.requests[b], grid[b, pad[b]:pad[b] + length[b]], int(state.prompt_length[b]),
                    target[j], draft[j]) for j, b in enumerate(rows)]

@@ -120,12 +120,12 @@ class Sampler:
         """Keyed uniforms ``[B]`` for rows ``requests`` at ``positions``."""
         return self.uniforms([self.keys[r] for r in requests], positions, purpose, like)
 
-    def rule(self, request: int, t: int, target_logits: torch.Tensor, draft_logits: torch.Tensor | None,
-             draft: int | None = None) -> tuple[int | None, int]:
-        """The whole rule at one position of one request, from logits ``[V]``:
-        ``(y_t, x_t)``, the draft's proposal (``draft`` when it was already
-        drafted, else drawn here; ``None`` without a draft) and the token
-        decided. What invariant I8 re-decides each committed token with."""
+    def sample_position(self, request: int, t: int, target_logits: torch.Tensor, draft_logits: torch.Tensor | None,
+                        draft: int | None = None) -> tuple[int | None, int]:
+        """The whole rule at one position of one request (Spec §4.3.2), from
+        logits ``[V]``: ``(y_t, x_t)``, the draft's proposal (``draft`` when it
+        was already drafted, else drawn here; ``None`` without a draft) and the
+        token decided. What invariant I8 re-decides each committed token with."""
         p = self.p(target_logits[None])
         q = self.q(draft_logits[None]) if draft_logits is not None else None
         y = None

@@ -9,8 +9,12 @@ ids are derived from them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from .storage import StackedCache
 
 #: Value written into padding slots of the token grid. It is never read as a
 #: token: every consumer masks slots ``s < p_i``.
@@ -32,8 +36,8 @@ class BatchState:
     length: torch.Tensor  # [B] int64, c_i
     requests: list[int]  # request (prompt) index of each row
     prompt_length: torch.Tensor  # [B] int64
-    target_cache: object
-    draft_cache: object | None
+    target_cache: StackedCache
+    draft_cache: StackedCache | None
     round: int = 0
 
     @property
@@ -101,15 +105,15 @@ class Repad:
         return (slot[None, :] - self.delta[:, None]).clamp(min=0)
 
 
-def repad(pad: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor, keep: torch.Tensor,
-          width: int) -> Repad:
+def repad(pad: torch.Tensor, length: torch.Tensor, committed: torch.Tensor, keep: torch.Tensor) -> Repad:
     """Unpad–append–repad arithmetic for kept rows (Spec §4.4).
 
-    ``pad``/``length``/``accepted`` are ``[B]`` (``accepted`` is ``a_i``),
-    ``keep`` a ``[B]`` bool of rows that stay, ``width`` the old ``L``.
+    ``pad``/``length``/``committed`` are ``[B]`` (``committed`` is ``a_i``,
+    the tokens each row commits this round), ``keep`` a ``[B]`` bool of rows
+    that stay.
     """
     rows = keep.nonzero().flatten()
-    new_length = (length + accepted)[rows]
+    new_length = (length + committed)[rows]
     new_width = int(new_length.max()) if rows.numel() else 0
     new_pad = new_width - new_length
     delta = new_pad - pad[rows]

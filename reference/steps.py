@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..invariants.observation import ForwardCall, SampledRound
-from . import cache as kv
+from . import model_call, moves, storage
 from .acceptance import Verdict
 from .state import BatchState, Repad, attention_mask, content_index, left_pad
 
@@ -36,16 +36,41 @@ class Round:
     requests: list[int] = field(default_factory=list)  # request of each row, keys the uniforms
     start: torch.Tensor | None = None  # [B] c_i, the absolute position of slot 0
     mask: torch.Tensor | None = None  # [B, L + k'] over the round's slots, see frame
-    positions: torch.Tensor | None = None  # [B, k'+1] of grid slots L-1 .. L-1+k'
+    positions: torch.Tensor | None = None  # [B, L + k'] of the same slots
 
     def frame(self, state: BatchState) -> tuple[torch.Tensor, torch.Tensor]:
-        """The round's mask ``[B, L + k']`` and positions ``[B, k'+1]`` (Spec
-        §2.2), built once: the padding does not change within a round, so each
-        call feeds a prefix of the mask and columns of the positions."""
+        """The round's mask and positions ``[B, L + k']`` over the grid's slots
+        and the drafts' (Spec §2.2), built once: the padding does not change
+        within a round, so each call feeds a prefix of the mask and the
+        positions of the slots it feeds."""
         if self.mask is None:
             self.mask = attention_mask(state.pad, state.width + self.k)
-            self.positions = content_index(state.pad, state.width - 1, state.width + self.k)
+            self.positions = content_index(state.pad, 0, state.width + self.k)
         return self.mask, self.positions
+
+    def uncached(self, state: BatchState, cache) -> tuple[torch.Tensor, int]:
+        """``(inputs [B, n], t)``: the slots of the grid, then of the drafts so far,
+        that ``cache`` does not hold yet, and ``t``, how many it holds (Spec §4.2).
+        Mid-round that is the newest token or the last draft; in the first round
+        of EQSPEC, whose prefill fed nothing (Spec §4.1), the whole prompt too."""
+        t = storage.cache_length(cache)
+        return torch.cat([state.tokens, self.drafts], dim=1)[:, t:], t
+
+    def stop_at(self, k: int) -> None:
+        """End drafting after ``k`` drafts (a policy stopped early, Spec §4.2.3):
+        the round is then the round of ``k' = k``, its frame cut to match."""
+        undrafted = self.k - k  # the frame was built for the cap
+        self.k = k
+        if self.mask is not None:
+            width = self.mask.shape[1] - undrafted
+            self.mask, self.positions = self.mask[:, :width], self.positions[:, :width]
+
+    def newest_probability(self) -> torch.Tensor:
+        """``[B]`` the draft's probability of its newest draft: the softmax of its
+        logits greedily, the warped ``q`` under sampling (Spec §4.2.3)."""
+        logits, drafted = self.draft_logits[-1], self.drafts[:, -1:]
+        q = logits.float().softmax(-1) if self.sampler is None else self.sampler.q(logits)
+        return q.gather(-1, drafted)[:, 0]
 
     def propose(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft ``j = len(drafts)`` from the draft's logits ``[B, V]``: the argmax,
@@ -60,20 +85,24 @@ class Round:
         """What invariant I8 re-decides the committed tokens from (None when greedy)."""
         if self.sampler is None:
             return None
-        return SampledRound(list(self.draft_logits), self.start.tolist(), self.sampler.rule)
+        return SampledRound(list(self.draft_logits), self.start.tolist(), self.sampler.sample_position)
 
 
 def forward(model, name: str, cache, calls: list, input_ids, mask, positions, keep: int = 0):
     """Run one recorded forward call; return logits ``[B, n or keep, V]``."""
-    call = ForwardCall(name, input_ids, mask, positions, kv.cache_length(cache))
+    call = ForwardCall(name, input_ids, mask, positions, storage.cache_length(cache))
     calls.append(call)
-    call.logits = kv.run_forward(model, cache, input_ids, mask, positions, logits_to_keep=keep)
+    call.logits = model_call.run_forward(model, cache, input_ids, mask, positions, logits_to_keep=keep)
     return call.logits
 
 
 def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list,
-            room: int = 0) -> BatchState:
-    """Left-pad the prompts and fill both caches with slots ``0 .. L-2`` (Spec §4.1).
+            room: int = 0, fill: bool = True) -> BatchState:
+    """Left-pad the prompts into the grid; with ``fill`` (EXSPEC, whose rows join
+    rows mid-decode) also fill both caches with slots ``0 .. L-2`` (Spec §4.1).
+    Without it the caches stay empty and the first round's calls feed the
+    prompt with their own inputs: the target's first token comes from the call
+    that verifies the first drafts, as transformers' own prefill gives it.
 
     ``room``: cache slots to reserve beyond ``L``. EQSPEC reserves
     max_new_tokens: a round holds at most ``L + k'`` slots, and ``L + k' <=
@@ -82,10 +111,10 @@ def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls
     device = models.target.device
     tokens, pad, length = left_pad(prompts, device)  # [B, L], [B], [B]
     width = tokens.shape[1]
-    caches = {"target": kv.new_cache(models.target, width + room)}
+    caches = {"target": storage.new_cache(models.target, width + room)}
     if models.draft is not None:
-        caches["draft"] = kv.new_cache(models.draft, width + room)
-    if width > 1:
+        caches["draft"] = storage.new_cache(models.draft, width + room)
+    if fill and width > 1:
         mask = attention_mask(pad, width - 1)  # [B, L-1]
         positions = content_index(pad, 0, width - 1)  # [B, L-1]
         for name, cache in caches.items():
@@ -96,21 +125,24 @@ def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls
 
 
 def draft_one(models: Models, state: BatchState, rnd: Round, calls: list) -> None:
-    """Draft one more token: feed the newest token or the previous draft (Spec §4.2)."""
+    """Draft one more token: feed what the draft cache lacks, the newest token or
+    the previous draft (the whole prompt first, after a prefill that fed nothing) (Spec §4.2)."""
     j = rnd.drafts.shape[1]  # drafts so far
-    fed = state.tokens[:, -1:] if j == 0 else rnd.drafts[:, -1:]  # [B, 1]
-    mask, positions = rnd.frame(state)  # [B, L + k'], [B, k'+1]
+    fed, t = rnd.uncached(state, state.draft_cache)  # [B, L + j - t]
+    mask, positions = rnd.frame(state)  # [B, L + k'] each
     logits = forward(models.draft, "draft", state.draft_cache, calls, fed, mask[:, : state.width + j],
-                     positions[:, j: j + 1], keep=1)
+                     positions[:, t: state.width + j], keep=1)
     rnd.draft_logits.append(logits[:, -1])
     rnd.drafts = torch.cat([rnd.drafts, rnd.propose(logits[:, -1])[:, None]], dim=1)
 
 
 def verify(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
-    """One target pass over ``[newest token] + drafts``; logits ``[B, k'+1, V]`` (Spec §4.3)."""
-    fed = torch.cat([state.tokens[:, -1:], rnd.drafts], dim=1)  # [B, k'+1]
-    mask, positions = rnd.frame(state)  # [B, L + k'], [B, k'+1]
-    return forward(models.target, "target", state.target_cache, calls, fed, mask, positions)
+    """One target pass over ``[newest token] + drafts``, after whatever of the grid
+    the target cache lacks (the prompt, after a prefill that fed nothing); logits
+    ``[B, k'+1, V]``, the target's choice after the newest token and after each draft (Spec §4.3)."""
+    fed, t = rnd.uncached(state, state.target_cache)  # [B, L + k' - t]
+    mask, positions = rnd.frame(state)  # [B, L + k'] each
+    return forward(models.target, "target", state.target_cache, calls, fed, mask, positions[:, t:], keep=rnd.k + 1)
 
 
 def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
@@ -123,16 +155,16 @@ def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> torc
     Sampling runs it in every round, before verifying: its logits are the
     ``q`` of the bonus slot (Spec §4.3.2).
     """
-    fed = rnd.drafts[:, -1:] if rnd.k else state.tokens[:, -1:]  # [B, 1]
-    mask, positions = rnd.frame(state)  # [B, L + k'], [B, k'+1]
-    return forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions[:, rnd.k:], keep=1)
+    fed, t = rnd.uncached(state, state.draft_cache)  # [B, 1] (the prompt too, in a first round without drafts)
+    mask, positions = rnd.frame(state)  # [B, L + k'] each
+    return forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions[:, t:], keep=1)
 
 
 def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None:
     """Append each kept row's ``a_i`` tokens and left-pad again to ``L'``;
     shift every cache row by ``δ_i`` and drop rejected drafts (Spec §4.4, §4.5).
 
-    The caches move in place, one copy per moving row (:func:`~.cache.shift`);
+    The caches move in place, one copy per moving row (:func:`~.moves.realign`);
     when nothing moves (every ``δ_i = 0``, no row left) they are only cropped.
     """
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
@@ -140,11 +172,11 @@ def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None
     if plan.moves:
         state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
         for cache in caches:
-            kv.shift(cache, plan.rows, plan.delta, plan.pad, plan.width - 1)
+            moves.realign(cache, plan.rows, plan.delta, plan.pad, plan.width)
     else:  # every row stays put: no host transfer of the plan, no per-row loop
         state.tokens = extended[:, : plan.width]
         for cache in caches:
-            kv.crop_to(cache, plan.width - 1)
+            moves.crop_to(cache, plan.width - 1)
     if plan.dropped:
         state.requests = [state.requests[i] for i in plan.rows.tolist()]
         state.prompt_length = state.prompt_length[plan.rows]

@@ -1,6 +1,6 @@
 """The layer-stacked cache (Spec §2.3, §4.5): appends in place, per-layer
-views of exactly the live slots, the general realignment that is one gather
-per model, and EQSPEC's in-place shift that is one copy per moving row,
+views of exactly the live slots, the general slot gather that is one gather
+per model, and EQSPEC's in-place realignment that is one copy per moving row,
 both whatever the layer count, and an EQSPEC decode that never grows
 its caches. About 6 s."""
 
@@ -11,7 +11,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import batchspec
-from batchspec.reference import cache as kv
+from batchspec.reference import storage
+from batchspec.reference.moves import crop_to, realign, take_slots
+from batchspec.reference.storage import StackedCache, cache_length, layer_tensors
 from batchspec.testing import random_prompts
 
 
@@ -31,7 +33,7 @@ class Counting(TorchFunctionMode):
 def filled(layers: int, batch: int = 3, heads: int = 2, slots: int = 7, dim: int = 4, seed: int = 0):
     """A stacked cache filled through the public update path, and its per-layer truth."""
     gen = torch.Generator().manual_seed(seed)
-    cache = kv.StackedCache(layers)
+    cache = StackedCache(layers)
     truth = []
     for layer in range(layers):
         k, v = (torch.randn(batch, heads, slots, dim, generator=gen, dtype=torch.float64) for _ in range(2))
@@ -42,46 +44,46 @@ def filled(layers: int, batch: int = 3, heads: int = 2, slots: int = 7, dim: int
 
 def test_layer_tensors_are_the_live_slots_and_appends_keep_them():
     cache, truth = filled(layers=3)
-    assert kv.cache_length(cache) == 7
-    for (k, v), (tk, tv) in zip(kv.layer_tensors(cache), truth):
+    assert cache_length(cache) == 7
+    for (k, v), (tk, tv) in zip(layer_tensors(cache), truth):
         assert k.shape == (3, 2, 7, 4) and torch.equal(k, tk) and torch.equal(v, tv)
     extra = [(torch.ones(3, 2, 30, 4, dtype=torch.float64) * i,) * 2 for i in range(3)]  # forces a larger buffer
     for layer, (k, v) in enumerate(extra):
         cache.update(k, v, layer)
-    for (k, _), (tk, _), (ek, _) in zip(kv.layer_tensors(cache), truth, extra):
+    for (k, _), (tk, _), (ek, _) in zip(layer_tensors(cache), truth, extra):
         assert k.shape[2] == 37 and torch.equal(k[:, :, :7], tk) and torch.equal(k[:, :, 7:], ek)
-    kv.crop_to(cache, 5)
-    assert [k.shape[2] for k, _ in kv.layer_tensors(cache)] == [5, 5, 5]
-    assert torch.equal(kv.layer_tensors(cache)[2][0], truth[2][0][:, :, :5])
+    crop_to(cache, 5)
+    assert [k.shape[2] for k, _ in layer_tensors(cache)] == [5, 5, 5]
+    assert torch.equal(layer_tensors(cache)[2][0], truth[2][0][:, :, :5])
 
 
-def test_realign_matches_the_per_row_definition():
+def test_take_slots_matches_the_per_row_definition():
     cache, truth = filled(layers=2, batch=4, slots=9)
     rows = torch.tensor([0, 2, 3])
     delta = torch.tensor([2, 0, -1])
     width = 8
     slots = (torch.arange(width)[None, :] - delta[:, None]).clamp(min=0)  # [B', T'] as repad builds it
-    kv.realign(cache, rows, slots)
-    for (k, v), (tk, tv) in zip(kv.layer_tensors(cache), truth):
+    take_slots(cache, rows, slots)
+    for (k, v), (tk, tv) in zip(layer_tensors(cache), truth):
         assert k.shape == (3, 2, width, 4)
         for b, (row, d) in enumerate(zip(rows.tolist(), delta.tolist())):
             for s in range(width):
                 assert torch.equal(k[b, :, s], tk[row, :, max(s - d, 0)])
                 assert torch.equal(v[b, :, s], tv[row, :, max(s - d, 0)])
     # the next round appends after the moved slots without disturbing them
-    before = [k.clone() for k, _ in kv.layer_tensors(cache)]
+    before = [k.clone() for k, _ in layer_tensors(cache)]
     for layer in range(2):
         cache.update(torch.zeros(3, 2, 3, 4, dtype=torch.float64), torch.zeros(3, 2, 3, 4, dtype=torch.float64), layer)
-    for (k, _), b in zip(kv.layer_tensors(cache), before):
+    for (k, _), b in zip(layer_tensors(cache), before):
         assert torch.equal(k[:, :, :width], b) and not k[:, :, width:].any()
 
 
 @pytest.mark.parametrize("layers", [1, 6, 24])
-def test_realign_is_one_gather_whatever_the_layer_count(layers):
+def test_take_slots_is_one_gather_whatever_the_layer_count(layers):
     cache, _ = filled(layers=layers)
     rows, slots = torch.tensor([1, 2]), torch.tensor([[0, 0, 1, 2], [0, 1, 2, 3]])
     with Counting() as mode:
-        kv.realign(cache, rows, slots)
+        take_slots(cache, rows, slots)
     assert mode.calls.get("index_select", 0) == 1
     # slicing each layer's views (``__getitem__``) copies nothing; every other op is a fixed handful
     copies = {name: n for name, n in mode.calls.items() if name not in ("__getitem__", "__get__")}
@@ -89,7 +91,7 @@ def test_realign_is_one_gather_whatever_the_layer_count(layers):
 
 
 @pytest.mark.parametrize("layers", [1, 6, 24])
-def test_shift_is_one_copy_per_moving_row_whatever_the_layer_count(layers):
+def test_realign_is_one_copy_per_moving_row_whatever_the_layer_count(layers):
     """Spec §4.5: a row that stays put is not touched, a row that takes another
     row's index is one copy, a row moving within itself two (through the
     one-row scratch); nothing else copies or allocates a cache-sized tensor."""
@@ -99,11 +101,11 @@ def test_shift_is_one_copy_per_moving_row_whatever_the_layer_count(layers):
     delta = torch.tensor([0, 2, 0, -1])  # row 0 stays put; row 1 moves within itself; rows 3, 4 change index
     pad = torch.tensor([1, 3, 1, 0])  # p'_i; old p_i = p'_i - δ_i = 1 for every row
     with Counting() as mode:
-        kv.shift(cache, rows, delta, pad, 8)
+        realign(cache, rows, delta, pad, 9)
     assert mode.calls.get("__setitem__", 0) == 3 and mode.calls.get("copy_", 0) == 1, mode.calls
     assert not {"index_select", "cat", "clone", "new_zeros", "gather"} & set(mode.calls), mode.calls
     assert cache.store.data.data_ptr() == storage
-    for (k, _), (tk, _) in zip(kv.layer_tensors(cache), truth):
+    for (k, _), (tk, _) in zip(layer_tensors(cache), truth):
         assert k.shape == (4, 2, 8, 4)
         for b, (row, d, q) in enumerate(zip(rows.tolist(), delta.tolist(), pad.tolist())):
             assert torch.equal(k[b, :, q:], tk[row, :, q - d: 8 - d])
@@ -120,15 +122,15 @@ def test_eqspec_never_grows_its_caches(pairs, monkeypatch):
     the whole decode, so no round allocates a cache-sized tensor: the storage
     never grows and realignment moves rows inside it (ragged prompts, rows
     leaving at EOS). Fires if the reservation is short: a grow is recorded."""
-    grown, original = [], kv.Store.grow
-    monkeypatch.setattr(kv.Store, "grow", lambda store, needed: (grown.append(needed), original(store, needed)))
+    grown, original = [], storage.Store.grow
+    monkeypatch.setattr(storage.Store, "grow", lambda store, needed: (grown.append(needed), original(store, needed)))
     target, draft = pairs("llama")
     prompts = random_prompts(seed=7, count=6)
     result = batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
                                 batch_size=6, eos_token_id=7, check_invariants=True)
     assert result.stats.realignments > 0 and grown == []
     # negative control: the same decode with no reservation grows
-    monkeypatch.setattr(kv, "new_cache", lambda model, capacity=0, new=kv.new_cache: new(model))
+    monkeypatch.setattr(storage, "new_cache", lambda model, capacity=0, new=storage.new_cache: new(model))
     batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=4, max_new_tokens=24,
                        batch_size=6, eos_token_id=7)
     assert grown
@@ -145,14 +147,14 @@ def test_a_finished_batch_frees_its_caches_without_the_cycle_collector(pairs, mo
     import gc
     import weakref
 
-    stores, original = [], kv.new_cache
+    stores, original = [], storage.new_cache
 
     def spy(model, capacity=0):
         cache = original(model, capacity)
         stores.append(weakref.ref(cache.store))
         return cache
 
-    monkeypatch.setattr(kv, "new_cache", spy)
+    monkeypatch.setattr(storage, "new_cache", spy)
     target, draft = pairs("llama")
     prompts = random_prompts(seed=3, count=4)
     gc.collect()
@@ -187,8 +189,8 @@ def test_a_deep_copy_of_a_cache_writes_its_own_store():
     extra = torch.ones(3, 2, 1, 4, dtype=torch.float64)
     for layer in range(2):
         twin.update(extra, extra, layer)
-    assert kv.cache_length(twin) == 5 and kv.cache_length(cache) == 4
-    for (keys, values), (k, v) in zip(kv.layer_tensors(cache), truth):
+    assert cache_length(twin) == 5 and cache_length(cache) == 4
+    for (keys, values), (k, v) in zip(layer_tensors(cache), truth):
         assert torch.equal(keys, k) and torch.equal(values, v)
-    for (keys, _), (k, _) in zip(kv.layer_tensors(twin), truth):
+    for (keys, _), (k, _) in zip(layer_tensors(twin), truth):
         assert torch.equal(keys[:, :, :4], k) and torch.equal(keys[:, :, 4:], extra)

@@ -20,40 +20,20 @@ from typing import Callable
 import torch
 
 from ...invariants.observation import CacheView, Observation
-from .. import cache as kv
 from ..eqspec import Event
-from ..state import RowOutput, left_pad
+from ..moves import take_slots
+from ..state import BatchState, RowOutput, left_pad
 from ..steps import Models, forward
+from ..storage import layer_tensors, new_cache
 
 
 @dataclass
-class Grid:
-    """A batch of rows in a grid of ``S`` slots, with the mask the decoder holds."""
+class Grid(BatchState):
+    """A :class:`~batchspec.reference.state.BatchState` whose grid of ``S = width``
+    slots may hold holes (a rejected token keeps its slot), with the attention
+    mask the decoder holds for it; ``width`` is ``L`` when there are no holes."""
 
-    tokens: torch.Tensor  # [B, S] slot contents; holes keep their (rejected) token
-    mask: torch.Tensor  # [B, S] the attention mask the decoder holds for the grid
-    pad: torch.Tensor  # [B] p_i, leading padding slots
-    length: torch.Tensor  # [B] c_i, committed tokens (prompt + generated)
-    requests: list[int]
-    prompt_length: torch.Tensor  # [B]
-    target_cache: object
-    draft_cache: object
-    round: int = 0
-
-    @property
-    def width(self) -> int:
-        """``S``, slots per row (``L`` when there are no holes)."""
-        return self.tokens.shape[1]
-
-    @property
-    def batch(self) -> int:
-        """``B``."""
-        return self.tokens.shape[0]
-
-    @property
-    def generated(self) -> torch.Tensor:  # [B]
-        """Tokens generated so far per row."""
-        return self.length - self.prompt_length
+    mask: torch.Tensor | None = None  # [B, S] the attention mask the decoder holds for the grid
 
 
 @dataclass(frozen=True)
@@ -82,8 +62,8 @@ def prefill(models: Models, prompts, requests, layout: Layout, calls: list) -> G
     """Left-pad the prompts and fill both caches with slots ``0 .. S-2`` (as Spec §4.1)."""
     device = models.target.device
     tokens, pad, length = left_pad(prompts, device)  # [B, S], [B], [B]
-    grid = Grid(tokens, None, pad, length, list(requests), length.clone(),
-                kv.new_cache(models.target), kv.new_cache(models.draft))
+    grid = Grid(tokens, pad, length, list(requests), length.clone(),
+                new_cache(models.target), new_cache(models.draft))
     grid.mask = layout.held_mask(grid)  # [B, S]
     width = grid.width
     if width > 1:
@@ -134,7 +114,7 @@ def keep_rows(grid: Grid, rows: torch.Tensor, cache_slots: torch.Tensor) -> None
     """Keep grid rows ``rows`` ``[B']``; cache row ``b`` becomes old row ``rows[b]``
     at slots ``cache_slots`` ``[B', T']`` (one gather per cache tensor)."""
     for cache in (grid.target_cache, grid.draft_cache):
-        kv.realign(cache, rows, cache_slots)
+        take_slots(cache, rows, cache_slots)
     grid.tokens, grid.mask = grid.tokens[rows], grid.mask[rows]
     grid.pad, grid.length = grid.pad[rows], grid.length[rows]
     grid.prompt_length = grid.prompt_length[rows]
@@ -146,8 +126,8 @@ def observe(grid: Grid, step: str, calls: list, drafts=None, committed=None) -> 
     return Observation(
         round=grid.round, step=step, tokens=grid.tokens, mask=grid.mask,
         pad=grid.pad.tolist(), length=grid.length.tolist(),
-        caches={"target": CacheView(kv.layer_tensors(grid.target_cache)),
-                "draft": CacheView(kv.layer_tensors(grid.draft_cache))},
+        caches={"target": CacheView(layer_tensors(grid.target_cache)),
+                "draft": CacheView(layer_tensors(grid.draft_cache))},
         calls=list(calls), requests=list(grid.requests), draft_tokens=drafts, committed=committed)
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from .. import acceptance
-from .. import cache as kv
 from ..eqspec import Event, RoundRecord
+from ..moves import crop_to
 from . import grid as g
 
 
@@ -79,7 +79,7 @@ def masking_round(models, grid: g.Grid, config, outputs):
         g.keep_rows(grid, stay, torch.arange(cached, device=a.device).expand(stay.numel(), cached))
     else:
         for cache in (grid.target_cache, grid.draft_cache):
-            kv.crop_to(cache, cached)
+            crop_to(cache, cached)
     yield g.event("align", "align", grid, [], record=record)
 
 
