@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .draft_lengths import resolve_draft_policy
 from .driver import checks, drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
-from .reference.draft_policy import AutoK
 from .reference.sampling import Sampler, Warping
 from .stats import Stats
-from .validate import validate, validate_sampling
+from .validate import method_spec, validate, validate_sampling
 
 
 @dataclass
@@ -30,32 +30,12 @@ class GenerationResult:
     violations: list = field(default_factory=list)
 
 
-def draft_policy(models: Models, num_draft_tokens, batch_size: int):
-    """``num_draft_tokens`` as the methods take it: the int, or for ``"auto"``
-    an :class:`AutoK` over forward costs measured before decoding, at batch 1
-    and ``batch_size``, the first time a pair is decoded at that batch size
-    (about a second on a CPU; Spec §4.2.2). Plain decoding takes ``k = 0``."""
-    if num_draft_tokens != "auto":
-        return num_draft_tokens
-    if models.draft is None:
-        return 0
-    key = (id(models.target), id(models.draft), batch_size, models.target.device, models.target.dtype)
-    if key not in _CALIBRATED:  # once per pair and batch size in a process; a fresh acceptance estimate per call
-        from .bench.costs import measure_costs
-
-        _CALIBRATED[key] = measure_costs(models.target, models.draft, {1, batch_size})
-    return AutoK(_CALIBRATED[key])
-
-
-#: forward costs measured for ``"auto"``, by pair (object identity), batch size, device and dtype
-_CALIBRATED: dict = {}
-
-
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
              batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
              sort_by_length=None, do_sample=False, temperature=1.0, top_k=None, top_p=None,
              seed=0) -> GenerationResult:
-    """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4).
+    """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4): a name in
+    ``METHODS``, or a :class:`Method` itself (no registration needed).
 
     Greedy output equals, token for token, the target's own batch-1 greedy
     ``generate`` of each prompt, cut after the first EOS. ``check_invariants``:
@@ -69,8 +49,9 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     given to another method they raise. Every mistake raises ``ValueError`` or
     ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens="auto"`` chooses ``k'``
     per round from forward costs measured before decoding and the running
-    acceptance (Spec §4.2.2); each round's record (``result.stats.per_round``)
-    says the ``k'`` it drafted.
+    acceptance (Spec §4.2.2); ``"confident"`` (or a ``Confident(threshold,
+    k_max)``) keeps drafting while the draft is confident (Spec §4.2.3); each
+    round's record (``result.stats.per_round``) says the ``k'`` it drafted.
 
     ``do_sample=True`` (eqspec, exspec, autoregressive) samples from the
     target warped by ``temperature``, ``top_k`` and ``top_p`` (transformers'
@@ -85,16 +66,16 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
                    batch_size, eos_token_id, check_invariants, window_size=window_size,
                    sort_by_length=sort_by_length)
     keys = validate_sampling(method, METHODS, prompts=prompts, **sampling)
-    spec = METHODS[method]
+    name, spec = method_spec(method, METHODS)
     models = Models(target, draft if spec.needs_draft else None)
     config = DecodeConfig(
-        k=draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
+        k=resolve_draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
         sort_by_length=sort_by_length is not False,
         sampler=None if keys is None else Sampler(Warping(float(temperature), top_k, top_p), dict(enumerate(keys))))
     oracle, ledger = checks(check_invariants, target, draft)
-    stats, found, outputs = Stats(method), [], {}
+    stats, found, outputs = Stats(name), [], {}
     start = time.perf_counter()
     with torch.no_grad():
         for decoder in spec.decoders(models, prompts, config):

@@ -5,9 +5,12 @@ held-out stdlib source of varied lengths so that the batch turns ragged."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass
@@ -15,8 +18,8 @@ class DemoPair:
     """A pair, its prompts, and how to show tokens as text."""
 
     name: str
-    target: object
-    draft: object
+    target: PreTrainedModel
+    draft: PreTrainedModel
     prompts: list[list[int]]
     eos_token_id: int | None
     decode: Callable | None

@@ -13,6 +13,7 @@ import time
 import torch
 
 from .invariants import InvariantViolation, Ledger, violations
+from .invariants.memo import Memo
 from .oracle import hf_oracle
 from .reference import observation
 from .stats import Stats
@@ -45,6 +46,7 @@ def drive(decoder, stats: Stats, mode, oracle, found: list, device, ledger=None)
     """
     if ledger is None and mode and mode != "structural":
         ledger = Ledger()
+    memo = Memo()  # what the checks build once for this decoder (a round's masks)
     tick = clock(device)
     while True:
         try:
@@ -64,7 +66,7 @@ def drive(decoder, stats: Stats, mode, oracle, found: list, device, ledger=None)
             stats.per_round.append(event.record)
         if mode and event.state.batch:
             check_start = time.perf_counter()
-            new = violations(observation(event), oracle, ledger=ledger)
+            new = violations(observation(event, memo), oracle, ledger=ledger, memo=memo)
             if new and mode != "record":
                 raise InvariantViolation(new[0], tuple(new[1:]))
             found.extend(new)

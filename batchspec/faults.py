@@ -21,10 +21,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from . import api, methods
-from .reference import acceptance, cache as kv
+from .reference import acceptance
 from .reference.acceptance import Verdict
 from .reference.eqspec import STEPS, Steps, decode
+from .reference.moves import take_slots
 from .reference.state import FILLER, attention_mask
+from .reference.storage import cache_length
 from .reference.steps import forward, unpad_append_repad
 
 
@@ -92,7 +94,7 @@ def _append_shared_offset(state, verdict, plan):
     wrote, as if every row had accepted the whole draft block."""
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)
     for cache in _caches(state):
-        kv.realign(cache, plan.rows, _identity(plan.rows, kv.cache_length(cache)))
+        take_slots(cache, plan.rows, _identity(plan.rows, cache_length(cache)))
     _finish(state, extended[plan.rows[:, None], plan.slots], plan)
 
 
@@ -100,8 +102,8 @@ def _append_draft_unaligned(state, verdict, plan):
     """The target's cache is realigned; the draft's only loses finished rows and
     its tail, its rows are not shifted by ``δ_i``."""
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)
-    kv.realign(state.target_cache, plan.rows, plan.slots[:, : plan.width - 1])
-    kv.realign(state.draft_cache, plan.rows, _identity(plan.rows, plan.width - 1))
+    take_slots(state.target_cache, plan.rows, plan.slots[:, : plan.width - 1])
+    take_slots(state.draft_cache, plan.rows, _identity(plan.rows, plan.width - 1))
     _finish(state, extended[plan.rows[:, None], plan.slots], plan)
 
 
@@ -113,19 +115,19 @@ def _append_keep_rejected(state, verdict, plan):
     rejected = (verdict.accepted_drafts < verdict.proposal.shape[1] - 1)[plan.rows].long()  # [B']
     for cache in _caches(state):
         slots = plan.slots[:, : plan.width - 1] + rejected[:, None]
-        kv.realign(cache, plan.rows, slots.clamp(max=kv.cache_length(cache) - 1))
+        take_slots(cache, plan.rows, slots.clamp(max=cache_length(cache) - 1))
     _finish(state, extended[plan.rows[:, None], plan.slots], plan)
 
 
 def _append_permuted(state, verdict, plan):
-    """The realignment gather takes each cache row from the wrong batch row
+    """The realignment takes each cache row from the wrong batch row
     (rolled by one) while the grid keeps the right order."""
     if not plan.moves:
         unpad_append_repad(state, verdict, plan)
         return
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)
     for cache in _caches(state):
-        kv.realign(cache, plan.rows.roll(1), plan.slots[:, : plan.width - 1])
+        take_slots(cache, plan.rows.roll(1), plan.slots[:, : plan.width - 1])
     _finish(state, extended[plan.rows[:, None], plan.slots], plan)
 
 
@@ -167,9 +169,9 @@ CATALOGUE: dict[str, Fault] = {f.name: f for f in (
     Fault("keep_rejected_slot", "realignment off by one: keeps the first rejected slot",
           replace(STEPS, unpad_append_repad=_append_keep_rejected),
           "semantic I3 at the first round where a staying row rejected a draft"),
-    Fault("permuted_rows", "rows of the batch permuted by the realignment gather",
+    Fault("permuted_rows", "rows of the batch permuted by the realignment",
           replace(STEPS, unpad_append_repad=_append_permuted),
-          "semantic I3 at the first round whose realignment gather runs with B' >= 2"),
+          "semantic I3 at the first round whose realignment runs with B' >= 2"),
     Fault("pad_from_token_id", "padding inferred from the pad token id when the model emits it",
           replace(STEPS, unpad_append_repad=_append_pad_from_id),
           "semantic I3 at the round that commits the pad id"),
@@ -183,7 +185,7 @@ def method(fault: str) -> api.Method:
     def run(models, prompts, requests, config):
         return decode(models, prompts, requests, config.k, config.max_new_tokens, config.eos, steps)
 
-    return methods.Method(methods.static_batches(run), True)
+    return methods.Method(methods.static_batches(run), True, name=f"fault:{fault}")
 
 
 def run(fault: str, target, draft, prompts, **options) -> api.GenerationResult:
@@ -191,10 +193,5 @@ def run(fault: str, target, draft, prompts, **options) -> api.GenerationResult:
     same checks); ``check_invariants`` defaults to ``"record"``."""
     if fault not in CATALOGUE:
         raise ValueError(f"fault must be one of {sorted(CATALOGUE)}, got {fault!r}")
-    name = f"fault:{fault}"
     options.setdefault("check_invariants", "record")
-    api.register_method(name, method(fault))
-    try:
-        return api.generate(target, draft, prompts, method=name, **options)
-    finally:
-        api.METHODS.pop(name, None)
+    return api.generate(target, draft, prompts, method=method(fault), **options)

@@ -8,7 +8,7 @@ broken alternatives (paper notes §5) and EXSPEC (Spec §8) register here.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -21,18 +21,22 @@ from .reference.exspec_policy import laggards_first
 from .reference.exspec_pool import Pool
 from .validate import window
 
+if TYPE_CHECKING:
+    from .reference.draft_policy import AutoK, Confident
+    from .reference.sampling import Sampler
+
 
 @dataclass(frozen=True)
 class DecodeConfig:
     """Everything a method needs besides the models and the prompts."""
 
-    k: object  # num_draft_tokens: an int, or a draft-length policy (Spec §4.2.2)
+    k: int | AutoK | Confident  # num_draft_tokens: an int, or a draft-length policy (Spec §4.2.2)
     max_new_tokens: int
     eos: torch.Tensor | None  # [E] EOS ids, or None
     batch_size: int
     window_size: int | None = None  # EXSPEC
     sort_by_length: bool = True  # EXSPEC
-    sampler: object = None  # reference.sampling.Sampler; None: greedy (Spec §4.3.2)
+    sampler: Sampler | None = None  # None: greedy (Spec §4.3.2)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class Method:
     #: its rounds draft at most the smallest remaining budget and take a policy's ``k`` (Spec §4.2):
     #: its length check needs no ``+ k`` margin and ``num_draft_tokens="auto"`` applies
     tight_length: bool = False
+    #: what messages and statistics call it when it is given to ``generate`` itself,
+    #: unregistered (a registered method goes by its key in :data:`METHODS`)
+    name: str = "custom"
 
 
 def static_batches(run):
@@ -88,16 +95,7 @@ for _name, _run in BASELINES.items():  # the broken alternatives, paper notes §
     register_method(_name, Method(static_batches(_run), True))
 
 
-#: Default window ``W = 4B``. A round serves ``B`` of the ``W`` members and
-#: the window holds ``W`` sequences' caches, so memory grows with ``W``; the
-#: chance that ``B`` members share a length grows with it too. Measured with
-#: benchmarks/exspec_grouping.py (tiny-llama, ``4B`` prompts, the default
-#: policy): going from ``2B`` to ``4B`` raises the group rate from 9-30% to
-#: 54-77% on equal-length prompts and from 4-40% to 13-43% on varied ones,
-#: cuts the padding per batch 2-14x, and leaves the P90/P99 wait of the run
-#: as it was. A length-only simulation with ``8B`` prompts finds ``8B``
-#: adding less (about 45% -> 60-80%) for twice the memory. ``4B`` is also the
-#: authors' fixed ``W = 32`` at their ``B = 8``.
+#: Default window ``W = 4B`` (Spec §8.1); why 4, as measured: docs/design.md, "The EXSPEC window".
 WINDOW_FACTOR = 4
 
 

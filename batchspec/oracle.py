@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .reference import cache as kv
+from .reference.model_call import run_forward
+from .reference.storage import layer_tensors, new_cache
 
 
 def hf_oracle(models: dict):
@@ -21,10 +22,10 @@ def hf_oracle(models: dict):
     @torch.no_grad()
     def oracle(name: str, tokens: list[int]):
         model = models[name]
-        cache = kv.new_cache(model)
+        cache = new_cache(model)
         ids = torch.tensor([tokens], dtype=torch.long, device=model.device)
         positions = torch.arange(len(tokens), device=model.device)[None, :]
-        kv.run_forward(model, cache, ids, torch.ones_like(ids), positions, logits_to_keep=1)
-        return kv.layer_tensors(cache)
+        run_forward(model, cache, ids, torch.ones_like(ids), positions, logits_to_keep=1)
+        return layer_tensors(cache)
 
     return oracle

@@ -19,9 +19,11 @@ from typing import Iterator
 
 import torch
 
+from .draft_lengths import resolve_draft_policy
 from .driver import checks, clocked, drive
 from .methods import METHODS, default_window
 from .reference.exspec import EXSPEC_STEPS, ExspecSteps, exspec_round
+from .reference.draft_policy import largest_k
 from .reference.exspec_policy import Policy, laggards_first
 from .reference.exspec_pool import Pool
 from .reference.state import RowOutput
@@ -107,7 +109,9 @@ class Scheduler:
             raise TypeError(f"policy must be a function (window, batch_size) -> indices, got {policy!r}")
         self.pool = Pool(batch_size, window(window_size, batch_size, default_window(batch_size)))
         self.models = Models(target, draft)
-        self.k, self.max_new_tokens, self.eos = num_draft_tokens, max_new_tokens, frozenset(eos)
+        # an int or a policy object, resolved once as generate resolves it (Spec §4.2.2, §4.2.3)
+        self.k = resolve_draft_policy(self.models, num_draft_tokens, batch_size)
+        self.num_draft_tokens, self.max_new_tokens, self.eos = num_draft_tokens, max_new_tokens, frozenset(eos)
         self.policy, self.steps = checked(policy), steps
         self.mode = check_invariants
         self.oracle, self.ledger = checks(check_invariants, target, draft)
@@ -126,8 +130,8 @@ class Scheduler:
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         eos = (sorted(self.eos) or None) if eos_token_id is _DEFAULT else eos_token_id
         # a row is cut after the round that reaches its own budget, up to k - 1 positions later (Spec §8.6)
-        ids = validate(self.models.target, self.models.draft, [prompt], "exspec", METHODS, self.k,
-                       limit, self.pool.batch_size, eos, self.mode, overshoot=self.k - 1)
+        ids = validate(self.models.target, self.models.draft, [prompt], "exspec", METHODS, self.num_draft_tokens,
+                       limit, self.pool.batch_size, eos, self.mode, overshoot=largest_k(self.k) - 1)
         request = len(self.requests)
         self.requests[request] = Request(tuple(prompt), limit, frozenset(ids))
         if limit == 0:

@@ -12,7 +12,23 @@ PHASES = ("draft", "verify", "align", "other")
 @dataclass
 class Stats:
     """What happened, round by round. Times are measured around the algorithm
-    by :mod:`batchspec.api`, never inside it (style §7)."""
+    by :mod:`batchspec.api`, never inside it (style §7).
+
+    Attributes:
+        method: the name of the method that ran (``"eqspec"``, ``"masking"``, ...).
+        rounds: how many speculative rounds ran, over all batches.
+        target_calls: forward calls of the target model, prefill included.
+        draft_calls: forward calls of the draft model, prefill and catch-up included.
+        realignments: rounds whose unpad–append–repad moved some cache row (``δ_i ≠ 0``).
+        per_round: one ``RoundRecord`` per round, in order: drafts proposed,
+            accepted and committed per row, the width after the round.
+        phase_seconds: wall-clock seconds per phase of :data:`PHASES` (draft,
+            verify, align, other), invariant checks excluded.
+        check_seconds: wall-clock seconds spent checking invariants, kept out
+            of the phases so that checking never looks like decoding cost.
+        wall_seconds: wall-clock seconds of the whole call, checks included.
+        generated_tokens: new tokens returned, summed over prompts.
+    """
 
     method: str
     rounds: int = 0

@@ -7,11 +7,12 @@ the decoder's events on their way to :func:`batchspec.driver.drive`: it reads
 them and changes nothing, so a traced run commits the same tokens as an
 untraced one (``tests/test_trace.py`` asserts it).
 
-Format (``batchspec-trace``, version 1). One JSON object per line:
+Format (``batchspec-trace``, version 2; version 1 named ``layer0_sum``
+``fingerprint``). One JSON object per line:
 
 **line 1, the header** ``{"kind": "header", ...}``:
 
-* ``format`` ``"batchspec-trace"``, ``version`` ``1``;
+* ``format`` ``"batchspec-trace"``, ``version`` ``2``;
 * ``method`` str (``"eqspec"``, ``"masking"``, ...), ``fault`` str or null
   (a :data:`batchspec.faults.CATALOGUE` name injected into EQSPEC);
 * ``pair`` str or null; ``alphabet`` ``"bytes"`` when token ids are bytes
@@ -39,10 +40,10 @@ Format (``batchspec-trace``, version 1). One JSON object per line:
     "cache_length" T}``; input ``j`` of row ``i`` is written to cache slot
     ``T + j``;
   - ``caches``: per model (``"target"``, ``"draft"``) ``{"length" T,
-    "fingerprint" [B][T], "token" [B][T], "position" [B][T], "source" [B][T]}``:
-    ``fingerprint`` is the float sum of the slot's layer-0 key (under rotary
+    "layer0_sum" [B][T], "token" [B][T], "position" [B][T], "source" [B][T]}``:
+    ``layer0_sum`` is the float sum of the slot's layer-0 key (under rotary
     embeddings a layer-0 key depends only on the token and its position, so a
-    slot copied by a gather keeps its fingerprint bit for bit); ``token`` /
+    slot the realignment copied keeps its sum bit for bit); ``token`` /
     ``position`` are the token id and position id that produced the slot
     (null when unknown: no call wrote it and no earlier slot held it);
     ``source`` is null when a call of this step wrote the slot, else
@@ -80,11 +81,11 @@ import torch
 
 from . import api, faults, methods
 from .invariants import Ledger, violations
+from .invariants.memo import Memo
 from .oracle import hf_oracle
-from .reference import cache as kv
 from .reference import observation
 
-FORMAT, VERSION = "batchspec-trace", 1
+FORMAT, VERSION = "batchspec-trace", 2
 
 
 @dataclass
@@ -166,12 +167,13 @@ class Recorder:
     def __init__(self, oracle=None):
         # the default checks, I6/I7 included: one ledger for the run, as generate keeps one
         self.oracle, self.ledger, self.steps = oracle, Ledger(), []
+        self.memo = Memo()  # what the checks build once (a round's masks), for this recording
         self.seen: dict[tuple[str, int], tuple[list[tuple], int]] = {}  # -> (labelled slots, p_i)
         self.before: dict[int, tuple[list[int], dict]] = {}  # batch -> (pad, verify obs) of the round
 
     def add(self, event, batch: int) -> None:
         state = event.state
-        obs = observation(event) if state.batch else None
+        obs = observation(event, self.memo) if state.batch else None
         # an EXSPEC member is observed as a one-row batch that carries its round in the observation
         rnd = obs.round if obs is not None else getattr(state, "round", event.record.round if event.record else 0)
         step = {"kind": "step", "index": len(self.steps), "batch": batch, "round": int(rnd),
@@ -179,7 +181,8 @@ class Recorder:
                 "violations": []}
         if obs is not None:
             step["observation"] = self._observation(obs)
-            step["violations"] = [_violation(v) for v in violations(obs, self.oracle, ledger=self.ledger)]
+            step["violations"] = [_violation(v) for v in violations(obs, self.oracle, ledger=self.ledger,
+                                                                    memo=self.memo)]
             if event.step == "verify":
                 self.before[batch] = step["observation"]
         if event.record is not None:
@@ -196,32 +199,33 @@ class Recorder:
         return out
 
     def _cache(self, model, view, obs, requests) -> dict:
-        """Fingerprints and provenance of every slot of one model's cache."""
+        """Layer-0 sums and provenance of every slot of one model's cache."""
         if not view.layers:
-            return {"length": 0, "fingerprint": [], "token": [], "position": [], "source": []}
-        prints = fingerprints(view.layers[0][0])  # [B][T]
+            return {"length": 0, "layer0_sum": [], "token": [], "position": [], "source": []}
+        sums = layer0_sums(view.layers[0][0])  # [B][T]
         written = _written(obs.calls, model)
         rows, seen = {name: [] for name in ("token", "position", "source")}, {}
         for i, request in enumerate(requests):
-            labels = [written.get((i, slot)) or self._match(model, request, slot, fp)
-                      for slot, fp in enumerate(prints[i])]
+            labels = [written.get((i, slot)) or self._match(model, request, slot, total)
+                      for slot, total in enumerate(sums[i])]
             for name, column in zip(rows, zip(*labels) if labels else ((), (), ())):
                 rows[name].append(list(column))
-            seen[(model, request)] = ([(fp, token, position) for fp, (token, position, _) in zip(prints[i], labels)],
+            seen[(model, request)] = ([(total, token, position) for total, (token, position, _) in zip(sums[i], labels)],
                                       obs.pad[i])
         self.seen.update(seen)  # after every row: a row never matches this step's other rows
-        return {"length": view.length, "fingerprint": prints, **rows}
+        return {"length": view.length, "layer0_sum": sums, **rows}
 
-    def _match(self, model, request, slot, fp):
+    def _match(self, model, request, slot, total):
         """``(token, position, [request, slot])`` of the earlier slot of ``model``'s
-        cache holding the same key: the request's own row first, then any other
-        row; within a row a content slot before a padding slot (a gather that
-        shifts a row right fills its new padding with copies of slot 0), then
+        cache holding the same key (the same layer-0 sum ``total``): the
+        request's own row first, then any other row; within a row a content
+        slot before a padding slot (padding may hold copies of content: slots
+        the realignment left behind, or copies of slot 0 a gather made), then
         the nearest."""
         others = [key for key in self.seen if key[0] == model and key[1] != request]
         for key in [(model, request)] * ((model, request) in self.seen) + others:
             labels, pad = self.seen[key]
-            hits = [s for s, (seen_fp, _, _) in enumerate(labels) if seen_fp == fp]
+            hits = [s for s, (seen, _, _) in enumerate(labels) if seen == total]
             if hits:
                 src = min(hits, key=lambda s: (s < pad, abs(s - slot), s))
                 _, token, position = labels[src]
@@ -229,7 +233,7 @@ class Recorder:
         return None, None, None
 
 
-def fingerprints(keys: torch.Tensor) -> list[list[float]]:
+def layer0_sums(keys: torch.Tensor) -> list[list[float]]:
     """``[B][T]`` per slot, the sum of a layer's keys ``[B, H, T, D]`` over heads and
     dims, to 12 significant digits: each slot is summed as its own contiguous
     vector, so a copied slot sums in the same order wherever its tensor lives,
@@ -301,12 +305,8 @@ def record(target, draft, prompts, method: str = "eqspec", *, fault: str | None 
         for batch, decoder in enumerate(base.decoders(models, prompts_, config)):
             yield _tap(decoder, recorder, batch)
 
-    name = f"trace:{fault or method}"
-    api.register_method(name, replace(base, decoders=decoders))  # the same capabilities, tapped
-    try:
-        result = api.generate(target, draft, prompts, method=name, check_invariants=False, **options)
-    finally:
-        api.METHODS.pop(name, None)
+    tapped = replace(base, decoders=decoders, name=f"trace:{fault or method}")  # the same capabilities, tapped
+    result = api.generate(target, draft, prompts, method=tapped, check_invariants=False, **options)
     settings = {"k": options.get("num_draft_tokens", 5), "max_new_tokens": options.get("max_new_tokens", 32),
                 "batch_size": options.get("batch_size"), "eos_token_id": plain(options.get("eos_token_id")),
                 "semantic": semantic}

@@ -9,7 +9,14 @@ Every rejected input and its message is listed in ``docs/errors.md``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+from .reference.draft_policy import POLICY_NAMES, Confident
+
+if TYPE_CHECKING:
+    from .methods import Method
 
 CHECK_MODES = (False, True, "structural", "record", "semantic")
 
@@ -62,7 +69,7 @@ def check_model(model, role: str) -> None:
     if model.training:
         raise ValueError(f"{role} is in training mode (dropout would make the output random and wrong); "
                          f"call {role}.eval() first")
-    from .reference.cache import check_supported
+    from .reference.storage import check_supported
 
     check_supported(model, role)
 
@@ -93,11 +100,25 @@ def check_counts(num_draft_tokens, max_new_tokens, batch_size, check_invariants)
         raise ValueError(f"check_invariants must be one of {CHECK_MODES}, got {check_invariants!r}")
 
 
-def check_method_options(method: str, methods, **options) -> None:
+def method_spec(method: str | Method, methods: dict[str, Method]) -> tuple[str, Method]:
+    """``(name, Method)`` of ``method``: a name registered in ``methods``, or a
+    :class:`~batchspec.methods.Method` itself (named by its ``name``), which
+    needs no registration."""
+    from .methods import Method  # here: batchspec.methods imports this module
+
+    if isinstance(method, Method):
+        return method.name, method
+    if not isinstance(method, str) or method not in methods:
+        raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
+    return method, methods[method]
+
+
+def check_method_options(method: str | Method, methods: dict[str, Method], **options) -> None:
     """An option given (not None) to a method that does not read it (``Method.options``) is refused."""
+    method, spec = method_spec(method, methods)
     for name, value in options.items():
-        if value is not None and name not in methods[method].options:
-            readers = sorted(m for m, spec in methods.items() if name in spec.options and ":" not in m)
+        if value is not None and name not in spec.options:
+            readers = sorted(m for m, other in methods.items() if name in other.options)
             raise ValueError(f"{name} applies to method {' or '.join(map(repr, readers))} only, "
                              f"not {method!r}; leave it None")
 
@@ -144,6 +165,21 @@ def eos_ids(eos_token_id, vocab: int) -> list[int]:
     return sorted(set(ids))
 
 
+def check_policy(num_draft_tokens) -> bool:
+    """True when ``num_draft_tokens`` names a draft policy (Spec §4.2.2, §4.2.3), after checking
+    a ``Confident`` 's own threshold and cap; False for anything else (an int is checked later)."""
+    if isinstance(num_draft_tokens, Confident):
+        if not 0.0 < num_draft_tokens.threshold <= 1.0:
+            raise ValueError(f"Confident.threshold must be in (0, 1], got {num_draft_tokens.threshold!r}")
+        require_int("Confident.k_max", num_draft_tokens.k_max, 1)
+        return True
+    if isinstance(num_draft_tokens, str):
+        if num_draft_tokens not in POLICY_NAMES:
+            raise ValueError(f"num_draft_tokens must be an int >= 1 or one of {POLICY_NAMES}, got {num_draft_tokens!r}")
+        return True
+    return False
+
+
 def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_tokens,
              batch_size, eos_token_id, check_invariants, *, window_size=None, sort_by_length=None,
              overshoot: int = 0) -> list[int]:
@@ -152,24 +188,24 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
     ``overshoot``: positions a row may reach past its budget (the scheduler's
     per-request budgets, Spec §8.6).
     """
-    if not isinstance(method, str) or method not in methods:
-        raise ValueError(f"method must be one of {sorted(methods)}, got {method!r}")
-    if num_draft_tokens == "auto" and not methods[method].tight_length:  # rounds that take a policy's k
-        able = sorted(m for m, spec in methods.items() if spec.tight_length and ":" not in m)
-        raise ValueError(f"num_draft_tokens='auto' is supported by methods {tuple(able)}, not {method!r}")
-    check_counts(1 if num_draft_tokens == "auto" else num_draft_tokens, max_new_tokens, batch_size, check_invariants)
+    name, spec = method_spec(method, methods)
+    policy = check_policy(num_draft_tokens)
+    if policy and not spec.tight_length:  # rounds that take a policy's k
+        able = sorted(m for m, other in methods.items() if other.tight_length)
+        raise ValueError(f"num_draft_tokens={num_draft_tokens!r} is supported by methods {tuple(able)}, not {name!r}")
+    check_counts(1 if policy else num_draft_tokens, max_new_tokens, batch_size, check_invariants)
     check_method_options(method, methods, window_size=window_size, sort_by_length=sort_by_length)
     check_model(target, "target")
     vocab = vocab_size(target)
     used = {"target": target}
-    if methods[method].needs_draft:
+    if spec.needs_draft:
         if draft is None:
-            raise ValueError(f"draft: method {method!r} needs a draft model, got None")
+            raise ValueError(f"draft: method {name!r} needs a draft model, got None")
         check_model(draft, "draft")
         check_pair(target, draft)
         used["draft"] = draft
     check_prompts(prompts, vocab)
-    reach = max_new_tokens + overshoot + (0 if methods[method].tight_length else num_draft_tokens)
+    reach = max_new_tokens + overshoot + (0 if spec.tight_length else num_draft_tokens)  # an int here
     check_lengths(prompts, reach, used)
     return eos_ids(eos_token_id, vocab)
 
@@ -185,7 +221,7 @@ def window(window_size: int | None, batch_size: int, default: int) -> int:
     return window_size
 
 
-def validate_sampling(method: str, methods, do_sample, temperature, top_k, top_p, seed,
+def validate_sampling(method: str | Method, methods: dict[str, Method], do_sample, temperature, top_k, top_p, seed,
                       prompts) -> list[tuple] | None:
     """Check the sampling arguments (Spec §4.3.2); return each request's key
     for the uniforms, or None for greedy decoding.
@@ -207,9 +243,10 @@ def validate_sampling(method: str, methods, do_sample, temperature, top_k, top_p
     keys = _keys(seed, len(prompts))
     if not do_sample:
         return None
-    if not methods[method].can_sample:
-        able = sorted(name for name, m in methods.items() if m.can_sample)
-        raise ValueError(f"do_sample: method {method!r} cannot sample; use one of {able}")
+    name, spec = method_spec(method, methods)
+    if not spec.can_sample:
+        able = sorted(other for other, m in methods.items() if m.can_sample)
+        raise ValueError(f"do_sample: method {name!r} cannot sample; use one of {able}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
             or temperature == float("inf"):
         raise ValueError(f"temperature must be a finite number > 0 with do_sample=True, got {temperature!r}")

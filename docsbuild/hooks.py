@@ -1,5 +1,10 @@
 """MkDocs hooks: pages that are generated from the installed package when the site builds.
 
+* ``index.md``: the README, its ``docs/...`` links turned into links to the
+  site's pages (the README's Quickstart link works on both).
+* spec pages: their ``../docs/...`` links (right from ``spec/`` in the
+  repository) turned into links to the site's pages (the site serves the
+  spec under ``docs/spec``).
 * ``api/batchspec.md``: the ``<!-- batchspec:methods -->`` marker becomes a
   table of what ``batchspec.METHODS`` holds, so methods registered by any
   module appear without anyone editing the page.
@@ -8,6 +13,8 @@
   the same four prompts, recorded from the embedded default pair when the site
   builds (1-2 s on one idle CPU thread, after loading torch), so the page
   always shows what the code does now. The two traces are also written next to the page as JSON lines.
+* notebook pages: the table of contents links each heading and reads as it
+  does, code spans included.
 * API pages: a module's heading shows its full import path
   (``batchspec.reference.acceptance``, not ``acceptance``).
 """
@@ -17,8 +24,11 @@ from __future__ import annotations
 import importlib.util
 import re
 import tempfile
+from html import unescape
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+README_SNIPPET = '--8<-- "README.md"'  # docs/index.md: the home page is the README
 METHODS_MARKER = "<!-- batchspec:methods -->"
 VIEWER_MARKER = "<!-- batchspec:step-through -->"
 # Held-out stdlib windows and prompt lengths: four rows of different lengths whose
@@ -41,7 +51,16 @@ def methods_table() -> str:
     return "\n".join(rows)
 
 
+def readme_for_site() -> str:
+    """The README as the home page shows it: its links into ``docs/`` lead to the site's pages."""
+    return (ROOT / "README.md").read_text().replace("](docs/", "](")
+
+
 def on_page_markdown(markdown: str, page, **kwargs) -> str:
+    if README_SNIPPET in markdown:
+        markdown = markdown.replace(README_SNIPPET, readme_for_site())
+    if page.file.src_uri.startswith("spec/"):
+        markdown = markdown.replace("](../docs/", "](../")
     if METHODS_MARKER in markdown:
         markdown = markdown.replace(METHODS_MARKER, methods_table())
     return markdown
@@ -91,7 +110,37 @@ def full_module_headings(html: str) -> str:
     return HEADING.sub(heading, html)
 
 
+NOTEBOOK_HEADING = re.compile(r'<h([1-6]) id="([^"]+)"[^>]*>(.*?)</h[1-6]>', re.S)
+
+
+def notebook_toc(html: str, toc) -> None:
+    """Point a notebook page's table of contents at its headings, titled as they read.
+
+    mkdocs-jupyter builds a notebook's table of contents from its Markdown with
+    the code spans cut out: "Online: the `Scheduler`" was listed as "Online: the",
+    linked to ``#online-the``, an anchor the page does not have. The entries are
+    the headings in page order, so they are matched in that order.
+    """
+    headings = []
+    for level, anchor, inner in NOTEBOOK_HEADING.findall(html):
+        inner = re.sub(r'<a class="anchor-link".*?</a>', "", inner, flags=re.S)
+        headings.append((int(level), anchor, unescape(re.sub(r"<[^>]+>", "", inner)).strip()))
+
+    def in_order(items):
+        for item in items:
+            yield item
+            yield from in_order(item.children)
+
+    entries = list(in_order(toc))
+    if [e.level for e in entries] != [level for level, _, _ in headings]:
+        return  # not the page's headings one for one: leave the entries as they are
+    for entry, (_, anchor, text) in zip(entries, headings):
+        entry.id, entry.title = anchor, text
+
+
 def on_page_content(html: str, page, **kwargs) -> str:
+    if page.file.src_uri.endswith(".ipynb"):
+        notebook_toc(html, page.toc)
     if page.file.src_uri.startswith("api/"):
         html = full_module_headings(html)
     if VIEWER_MARKER in html:

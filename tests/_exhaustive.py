@@ -158,7 +158,7 @@ class AbstractWalk:
     def check(self, obs, path) -> None:
         if not obs.batch.tokens:
             return
-        broken = self.spec["violated"](obs)
+        broken = self.spec["violations"](obs)
         if broken:
             raise Failure(self.tree, path, obs.step, f"abstract invariants {broken} violated")
         if not self.spec["correct_calls"](obs, self.chosen):  # (b) implies (a), Spec §5.8

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from batchspec.reference import cache as kv
+from batchspec.reference.storage import layer_tensors
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
@@ -151,7 +151,7 @@ class Compare:
                         call.model, "predictions of row", i, got, out)
         caches = {"target": state.target_cache, "draft": state.draft_cache}
         for name, rows in batch.caches.items():
-            self.cache(name, kv.layer_tensors(caches[name]), rows, pad)
+            self.cache(name, layer_tensors(caches[name]), rows, pad)
 
     def cache(self, name, layers, rows, pad) -> None:
         length = layers[0][0].shape[2] if layers else 0

@@ -1,5 +1,5 @@
 """``generate`` on arbitrary arguments: exact, or a clear ValueError / TypeError
-before any forward; never another exception (issue 13 §2).
+before any forward; never another exception.
 
 Hypothesis draws prompts (valid, empty, out of the vocabulary, of the wrong
 type), budgets, EOS sets, ``k``, batch and window sizes, check modes,

@@ -104,7 +104,7 @@ def test_the_prefill_is_timed_per_static_batch_interleaved_and_summed(monkeypatc
 
 
 @pytest.mark.parametrize("args, message", [
-    (["-k", "0"], "-k: expected comma-separated positive integers or 'auto'"),
+    (["-k", "0"], "-k: expected comma-separated positive integers, 'auto' or 'confident', got '0'"),
     (["-k", "4,fast"], "'fast'"),
     (["--methods", "eqspec,turbo"], "--methods: unknown 'turbo'"),
 ])
@@ -132,7 +132,7 @@ def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
         slow = 99.0 if cell == ("target", 2, 3) and passes == 1 else 0.0  # one whole slow pass of one cell
         return 1.0 + 0.01 * passes + slow + (5.0 if within == 0 else 0.5 * within)
 
-    monkeypatch.setattr(costs, "_timed_call", timed)
+    monkeypatch.setattr(costs, "timed_call", timed)
     table = costs.measure_costs(target, draft, [2, 1], context=4, tokens=[1, 3], repeats=3)
     cells = [("draft", 1, 1), ("draft", 2, 1), ("target", 1, 1), ("target", 1, 3), ("target", 2, 1), ("target", 2, 3)]
     assert order == [c for c in cells for _ in range(3)] * 4  # one untimed pass, then three, each over every cell

@@ -1,4 +1,4 @@
-"""The docs site as a reader sees it, in a real browser (issue 9 §4).
+"""The docs site as a reader sees it, in a real browser.
 
 The built site (the same build the other docs tests read, ``docs_site`` in
 conftest.py) is served from 127.0.0.1 and loaded in headless Debian
@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from batchspec.trace import Trace
+from batchspec.viz.draw import MIN_TEXT_PX
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "screenshots"
@@ -66,6 +67,51 @@ return {
   })(),
 };
 """
+
+
+# Run in the page after load: what a reader could not read (issue 24). Images: the
+# scale they are shown at (displayed / natural width), whether they sit in a zoom,
+# whether they stick out of a box that hides them. Code, printed output and the
+# viewer's tables: wider than their box without scrolling, or cut off by a box
+# around them. Text: paths of the machine that built the site.
+READING_STATE = r"""
+const root = document.querySelector(".md-content") || document.body;
+const scrolls = e => ["auto", "scroll"].includes(getComputedStyle(e).overflowX);
+const edge = e => e.getBoundingClientRect();
+const shown = e => e.getClientRects().length > 0;
+function clipper(e) {  // the nearest box around e that does not let it overflow visibly
+  for (let a = e.parentElement; a && a !== document.documentElement; a = a.parentElement) {
+    if (getComputedStyle(a).overflowX !== "visible") return a;
+  }
+  return null;
+}
+function cutOff(e) {  // e sticks out of a box that hides it instead of scrolling
+  const a = clipper(e);
+  if (a && scrolls(a)) return false;
+  const box = a || root;
+  return edge(e).right > edge(box).right + 1 || edge(e).left < edge(box).left - 1;
+}
+const images = Array.from(root.querySelectorAll("img"))
+  .filter(i => shown(i) && i.naturalWidth > 0 && !i.closest(".bsv-viewer"))
+  .map(i => ({src: (i.getAttribute("src") || "").slice(0, 60), shown: Math.round(edge(i).width),
+              natural: i.naturalWidth, scale: edge(i).width / i.naturalWidth,
+              zoom: !!i.closest(".bs-zoom"), cut: cutOff(i)}));
+const clipped = Array.from(root.querySelectorAll("pre, .bsv-viewer table, .bsv-output")).filter(shown)
+  .filter(b => (b.scrollWidth > b.clientWidth + 1 && !scrolls(b)) || cutOff(b))
+  .map(b => b.tagName + " " + b.className + ": " + b.textContent.trim().slice(0, 60));
+const paths = document.body.innerText.match(/.{0,30}(?:\/(?:work|root|tmp)\/|\/site-packages\/).{0,30}/g) || [];
+return {images, clipped, paths};
+"""
+#: text in batchspec.viz's pictures is at least MIN_TEXT_PX in the PNG: shown at this
+#: scale or more it reads at 10 px or more; a smaller picture needs a zoom
+MIN_SCALE = 10 / MIN_TEXT_PX
+
+
+def unreadable(state: dict) -> dict:
+    """What a reader cannot read on the page, by kind (all empty on a good page)."""
+    return {"small images": [i for i in state["images"] if i["scale"] < MIN_SCALE - 1e-3 and not i["zoom"]],
+            "cut-off images": [i for i in state["images"] if i["cut"]],
+            "clipped code": state["clipped"], "machine paths": state["paths"]}
 
 
 @contextlib.contextmanager
@@ -132,13 +178,16 @@ def tutorial_pages(site: Path) -> list[str]:
 
 
 def test_pages_render_without_errors(browser, server, docs_site):
-    pages = ["", "quickstart/", "spec/05-theorems/", "step-through/", "api/invariants/", "faq/", *tutorial_pages(docs_site)]
+    pages = ["", "quickstart/", "spec/05-theorems/", "step-through/", "api/batchspec/", "api/invariants/", "faq/",
+             "benchmarks/", *tutorial_pages(docs_site)]
     assert "tutorials/" in pages
     for path in pages:
         state = open_page(browser, server + path)
         name = path.strip("/").replace("/", "-") or "home"
         screenshot(browser, name)
         assert console_errors(browser) == [], path
+        assert not any(unreadable(browser.execute_script(READING_STATE)).values()), \
+            (path, unreadable(browser.execute_script(READING_STATE)))
         assert state["broken"] == [], (path, state["broken"])
         assert state["katexErrors"] == [] and state["unrendered"] == [] and state["rawTex"] == [], (path, state)
         assert state["katex"] >= state["math"], path
@@ -192,6 +241,32 @@ def test_viewer_steps_to_masking_first_ragged_round_and_shows_i1(browser, server
     assert console_errors(browser) == []
 
 
+def last_round(driver) -> str:
+    """Step the viewer forward a round at a time until it stops; the round it stops at."""
+    viewer = driver.find_element(By.CSS_SELECTOR, ".bsv-viewer")
+    forward = driver.find_element(By.CSS_SELECTOR, 'button[data-action="next-round"]')
+    for _ in range(200):
+        before = viewer.get_attribute("data-round")
+        forward.click()
+        if viewer.get_attribute("data-round") == before:
+            return before
+    pytest.fail("the viewer never reached its last round")
+
+
+def test_viewer_tables_fit_or_scroll_at_the_last_round(browser, server, docs_site):
+    """The widest grids (38 slots at masking's last round) scroll in their own box, visibly."""
+    open_page(browser, server + "step-through/")
+    last = last_round(browser)
+    assert int(last) > 1
+    screenshot(browser, "step-through-last-round")
+    found = unreadable(browser.execute_script(READING_STATE))
+    assert found["clipped code"] == [], found
+    widest = browser.execute_script(
+        "return Math.max(...Array.from(document.querySelectorAll('.bsv-viewer table.bsv-grid'))"
+        ".map(t => t.querySelectorAll('tr')[0].children.length))")
+    assert widest > 30
+
+
 BROKEN_PAGE = """<!doctype html><html><head><title>broken</title></head><body>
 <img src="missing.png"><span class="arithmatex">\\(x^2\\)</span><span class="katex-error">\\frac</span>
 <p>raw $a_i = m_i + 1$ text</p><script>console.error("boom")</script></body></html>"""
@@ -206,6 +281,48 @@ def test_the_page_checks_fire_on_a_broken_page(browser, tmp_path):
     assert state["broken"] == ["missing.png"]
     assert state["unrendered"] and state["katexErrors"] and state["katex"] < state["math"]
     assert state["rawTex"] == ["$a_i = m_i + 1$"]
+
+
+WIDE = "data:image/svg+xml," + "%3Csvg xmlns='http://www.w3.org/2000/svg' width='1000' height='40'%3E%3C/svg%3E"
+UNREADABLE_PAGE = f"""<!doctype html><html><head><title>unreadable</title></head><body>
+<div class="md-content" style="width: 500px">
+<img src="{WIDE}" style="max-width: 100%">
+<div style="width: 300px; overflow: hidden"><img src="{WIDE}"></div>
+<pre style="overflow: hidden; width: 200px">a line of code far wider than the two hundred pixels of its box</pre>
+<div style="width: 200px; overflow: hidden"><pre>a printed line that its box hides, far wider than it</pre></div>
+<p>loaded from /work/main/batchspec/models/default</p>
+</div></body></html>"""
+
+
+def test_the_reading_checks_fire_on_an_unreadable_page(browser, tmp_path):
+    (tmp_path / "index.html").write_text(UNREADABLE_PAGE)
+    with serving(tmp_path) as url:
+        open_page(browser, url)
+        found = unreadable(browser.execute_script(READING_STATE))
+    assert [(i["shown"], i["natural"]) for i in found["small images"]] == [(500, 1000)]  # shrunk, no zoom
+    assert [i["natural"] for i in found["cut-off images"]] == [1000]  # full size, in a box that hides it
+    assert len(found["clipped code"]) == 2  # hidden overflow on the pre, and on a box around it
+    assert found["machine paths"] == ["loaded from /work/main/batchspec/models/default"]
+
+
+def test_the_site_zoom_shows_a_shrunk_picture_at_full_size(browser, tmp_path):
+    """docs/assets/zoom.js and reading.css, as the site loads them, on a picture shown at half size."""
+    assets = ROOT / "docs" / "assets"
+    (tmp_path / "index.html").write_text(f"""<!doctype html><html><head><title>zoom</title>
+<style>{(assets / "reading.css").read_text()} .md-typeset img {{ max-width: 100%; }}</style></head><body>
+<div class="md-content md-typeset" style="width: 500px"><p><img src="{WIDE}"></p></div>
+<script>{(assets / "zoom.js").read_text()}</script></body></html>""")
+    with serving(tmp_path) as url:
+        open_page(browser, url)
+        found = unreadable(browser.execute_script(READING_STATE))
+        assert not any(found.values()), found  # shrunk, but in a zoom
+        [image] = browser.execute_script(READING_STATE)["images"]
+        assert image["zoom"] and image["shown"] == 500
+        browser.find_element(By.CSS_SELECTOR, ".bs-zoom").click()
+        [image] = browser.execute_script(READING_STATE)["images"]
+        assert image["shown"] == image["natural"] == 1000 and not image["cut"]  # full size, scrolling
+        assert browser.execute_script("const z = document.querySelector('.bs-zoom');"
+                                      "return z.scrollWidth > z.clientWidth && getComputedStyle(z).overflowX")
 
 
 def test_screenshots_folder_is_ignored():
@@ -236,4 +353,6 @@ def test_standalone_page_steps_through_every_batch_and_back(browser, pairs, tmp_
         browser.find_element(By.CSS_SELECTOR, 'button[data-action="next-violation"]').click()  # EQSPEC: none
         assert "no violation after this step" in browser.find_element(By.CSS_SELECTOR, ".bsv-where").text
         assert pane().get_attribute("data-round") == str(rounds[-2][1])
+        last_round(browser)
+        assert unreadable(browser.execute_script(READING_STATE))["clipped code"] == []
         assert console_errors(browser) == []

@@ -1,4 +1,4 @@
-"""The command line as a tool people script (issue 13 §3): every documented
+"""The command line as a tool people script: every documented
 mistake is one line on stderr naming the problem, exit status 2, no
 traceback, before any model runs; nonsense is refused; ``| head`` is quiet.
 
@@ -19,7 +19,7 @@ from batchspec.cli import common
 
 MISTAKES = [  # argv, words the one line must contain (docs/errors.md lists the same)
     (["demo", "--batch-size", "0"], "argument --batch-size: expected a positive integer, got 0"),
-    (["demo", "--k", "-1"], "argument -k/--k/--num-draft-tokens: expected a positive integer, got -1"),
+    (["demo", "--k", "-1"], "argument -k/--k/--num-draft-tokens: expected a positive integer, 'auto' or 'confident', got -1"),
     (["demo", "--prompts", "0"], "argument --prompts: expected a positive integer, got 0"),
     (["demo", "--max-new-tokens", "x"], "argument --max-new-tokens: expected a positive integer, got 'x'"),
     (["compare", "--max-new-tokens", "0"], "argument --max-new-tokens: expected a positive integer, got 0"),
@@ -56,7 +56,7 @@ MISTAKES = [  # argv, words the one line must contain (docs/errors.md lists the 
     (["conformance", "check", "{tmp}/nowhere"], "batchspec conformance: error: {tmp}/nowhere: no vectors (*.json)"),
     (["conformance", "export"], "the following arguments are required: dir"),
     (["bench", "--warmup", "-1"], "argument --warmup: expected an integer >= 0, got -1"),
-    (["bench", "-k", "0"], "-k: expected comma-separated positive integers or 'auto'"),
+    (["bench", "-k", "0"], "-k: expected comma-separated positive integers, 'auto' or 'confident'"),
     (["nonesuch"], "argument COMMAND: invalid choice: 'nonesuch'"),
     ([], "the following arguments are required: COMMAND"),
 ]
@@ -209,3 +209,15 @@ def test_help_shows_no_raw_roles(capsys):
         assert main([command, "--help"]) == 0
         out = capsys.readouterr().out
         assert ":mod:`" not in out and ":func:`" not in out and "``" not in out, command
+
+
+def test_help_lines_read_as_sentences(capsys):
+    """The demo's line and the --pair default say what they mean."""
+    from batchspec.cli import main
+
+    assert main(["--help"]) == 0
+    top = " ".join(capsys.readouterr().out.split())
+    assert "invariants on" not in top and "every invariant checked after every step" in top
+    assert main(["demo", "--help"]) == 0
+    demo = " ".join(capsys.readouterr().out.split())
+    assert "default default" not in demo and "if omitted: the embedded byte-level pair, 'default'" in demo

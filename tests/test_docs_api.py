@@ -1,4 +1,4 @@
-"""The API pages render as a reader expects (issue 9 §4).
+"""The API pages render as a reader expects.
 
 No literal Sphinx roles, dataclass fields listed with their shapes, every
 public module under its ``batchspec.*`` name, and ``METHODS`` listing what the
@@ -77,7 +77,7 @@ def loaded():
 def test_roles_resolve_from_the_docstrings_scope(loaded):
     eqspec = loaded["reference.eqspec"]
     assert ext.identifier(eqspec, "BatchState") == "batchspec.reference.state.BatchState"  # an import
-    assert ext.identifier(loaded["reference"], ".cache") == "batchspec.reference.cache"  # relative module
+    assert ext.identifier(loaded["reference"], ".moves") == "batchspec.reference.moves"  # relative module
     assert ext.identifier(eqspec, "reference.state.repad") == "batchspec.reference.state.repad"
     assert ext.identifier(eqspec, "zipfile") == "zipfile"  # unknown: left as written, rendered as code
     out = ext.convert(eqspec, "see :class:`~batchspec.reference.state.BatchState` s and ``x``")
@@ -96,7 +96,18 @@ def test_mount_and_field_comments(loaded):
 
 
 def test_module_headings_get_their_full_path_only():
-    html = ('<h3 id="batchspec.reference.cache" class="doc doc-heading">\n <code>cache</code>'
-            '<h4 id="batchspec.reference.cache.realign" class="doc doc-heading">\n <code>realign</code>')
+    html = ('<h3 id="batchspec.reference.moves" class="doc doc-heading">\n <code>moves</code>'
+            '<h4 id="batchspec.reference.moves.realign" class="doc doc-heading">\n <code>realign</code>')
     out = hooks.full_module_headings(html)
-    assert "<code>batchspec.reference.cache</code>" in out and "<code>realign</code>" in out
+    assert "<code>batchspec.reference.moves</code>" in out and "<code>realign</code>" in out
+
+
+def test_the_api_page_opens_with_the_four_entry_points(docs_site):
+    """generate, Scheduler, watch and audit first (issue 24), linked, then generate's own entry."""
+    api = page(docs_site, "batchspec")
+    first = re.search(r'<h[2-6] id="(batchspec[.\w]*)" class="doc doc-heading"', api).group(1)
+    assert first == "batchspec.generate"
+    opening = api[:api.index('id="batchspec.generate"')]
+    links = re.findall(r'href="([^"]+)"[^>]*><code>(\w+)</code>', opening)
+    assert [name for _, name in links if name != "GenerationResult"] == ["generate", "Scheduler", "watch", "audit"]
+    assert ("../scheduler/#batchspec.scheduler.Scheduler", "Scheduler") in links

@@ -57,3 +57,11 @@ def test_step_through_page_claims_hold_on_the_traces_it_shows(docs_site):
     alone = batchspec.generate(target, None, eqspec.header["prompts"], method="autoregressive",
                                max_new_tokens=settings["max_new_tokens"])
     assert eqspec.result["sequences"] == alone.sequences != masking.result["sequences"]
+
+
+def test_the_readme_links_the_quickstart_in_the_repository_and_on_the_site(docs_site):
+    """README.md links docs/quickstart.md; the home page, which is the README, links the page."""
+    readme = (ROOT / "README.md").read_text()
+    assert "[Quickstart](docs/quickstart.md)" in readme and (ROOT / "docs" / "quickstart.md").is_file()
+    home = (docs_site / "index.html").read_text()
+    assert 'href="quickstart/">Quickstart</a>' in home and "docs/quickstart.md" not in home

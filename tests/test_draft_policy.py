@@ -98,8 +98,8 @@ def test_the_code_chooses_as_the_spec_does(alpha, costs):
     from tests._spec_helpers import spec_namespace
 
     table = flat_costs(*costs)
-    spec_k = spec_namespace()["choose_k"](table.draft_call(4), {n: table.target_call(4, n) for n in range(1, 10)},
-                                          alpha)
+    spec_k = spec_namespace()["best_k"](table.draft_call(4), {n: table.target_call(4, n) for n in range(1, 10)},
+                                        alpha)
     assert best_k(table, 4, alpha) == spec_k
 
 

@@ -16,7 +16,7 @@ Default (CI), ``test_default``: batch 1..3, ``k`` 1..3, two rounds, every EOS
 placement for batch <= 2; every 29th leaf replayed on tensors. ``-m slow``,
 ``test_full``: batch 1..3, ``k`` 1..3, three rounds (the cell batch 3 / ``k``
 3 alone has 4^9 = 262,144 patterns), every EOS placement for batch <= 2;
-every 97th leaf replayed. Counts, times and the command: Spec §5.6.
+every 97th leaf replayed. Counts and the command: Spec §5.6; times: docs/design.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ per-position reference run with the same draft and the same uniforms: batch
 Scope: two rounds, both budgets, temperature 0.8, no EOS (the continuation
 depends on the pattern, so "every EOS placement" has no fixed meaning here);
 batch 1..2 and ``k`` 1..2 by default, batch 1..3 and ``k`` 1..3 with
-``-m slow``. Counts and times: Spec §5.6.
+``-m slow``. Counts: Spec §5.6; times: docs/design.md.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def test_greedy_scripted_logits_do_not_force_sampled_acceptance(pair):
 
 def test_wrong_residual_is_caught_at_a_leaf(pair):
     """The leaf check fires: a residual without max(0, p - q) (a negative
-    control of issue 11) is self-consistent, so I8 is silent, but the output
-    is no longer the per-position reference's."""
+    control) is self-consistent, so I8 is silent, but the output is no
+    longer the per-position reference's."""
     with pytest.raises(Failure, match=r"B=2 k=2 .*pattern \[.*\].*step 'leaf'.*per-position reference"):
         SampledWalk(pair, SMALL, sampler_changes={"residual": lambda p, q: p}).run()

@@ -18,10 +18,11 @@ import torch
 import batchspec
 from batchspec.models.tiny import PAPER_FAMILIES
 from batchspec.invariants import InvariantViolation
-from batchspec.reference import cache as kv
-from batchspec.reference import exspec_pool
+from batchspec.reference import exspec_pool, model_call
 from batchspec.reference.exspec import EXSPEC_STEPS
 from batchspec.reference.exspec_policy import POLICIES
+from batchspec.reference.rows import split
+from batchspec.reference.storage import layer_tensors
 from batchspec.scheduler import Scheduler
 from batchspec.stats import Stats
 from batchspec.testing import random_prompts
@@ -150,8 +151,8 @@ def release_by_position(state, grid, length, rows):
     members = exspec_pool.release(state, grid, length, rows)
     for j, (member, b) in enumerate(zip(members, rows)):
         span = [(j, int(state.pad[b]), int(state.pad[b]) + length[b] - 1)]
-        member.target_kv = kv.split(state.target_cache, span)[0]
-        member.draft_kv = kv.split(state.draft_cache, span)[0]
+        member.target_kv = split(state.target_cache, span)[0]
+        member.draft_kv = split(state.draft_cache, span)[0]
     return members
 
 
@@ -174,7 +175,7 @@ def form_without_shift(models, members, round_, reuse=(None, None)):
     shift of the fallback is forgotten."""
     state, realigned = exspec_pool.form(models, members, round_, reuse)
     for cache in (state.target_cache, state.draft_cache):
-        for keys, values in kv.layer_tensors(cache):
+        for keys, values in layer_tensors(cache):
             for b, p in enumerate(state.pad.tolist()):
                 keys[b] = torch.roll(keys[b], -p, dims=1)
                 values[b] = torch.roll(values[b], -p, dims=1)
@@ -193,7 +194,7 @@ def release_one_slot_long(state, grid, length, rows):
     members = exspec_pool.release(state, grid, length, rows)
     for member, b in zip(members, rows):
         p = int(state.pad[b])
-        member.target_kv = kv.split(state.target_cache, [(b, p, p + length[b])])[0]
+        member.target_kv = split(state.target_cache, [(b, p, p + length[b])])[0]
     return members
 
 
@@ -306,7 +307,7 @@ def test_bad_window_size_is_refused_before_any_model_runs(pairs, monkeypatch, wi
     def no_forward(*args, **kwargs):
         raise AssertionError("a model ran before the input was checked")
 
-    monkeypatch.setattr(kv, "run_forward", no_forward)
+    monkeypatch.setattr(model_call, "run_forward", no_forward)
     with pytest.raises(ValueError, match="window_size"):
         batchspec.generate(target, draft, PROMPTS, method="exspec", batch_size=2, window_size=window)
     with pytest.raises(ValueError, match="window_size"):

@@ -205,27 +205,44 @@ def test_a_calls_content_index_follows_its_mask():
 def test_the_observed_grid_follows_the_state():
     from types import SimpleNamespace
 
+    from batchspec.invariants.memo import Memo
     from batchspec.reference.observe import grid
 
+    memo = Memo()  # the checker's, one per decode
     state = SimpleNamespace(pad=torch.tensor([0, 2]), length=torch.tensor([4, 2]), width=4)
-    mask, pad, length = grid(state)
-    assert grid(state)[0] is mask and (pad, length) == ([0, 2], [4, 2])  # kept within a round
+    mask, pad, length = grid(state, memo)
+    kept = grid(state, memo)[0]
+    assert kept.data_ptr() == mask.data_ptr() and (pad, length) == ([0, 2], [4, 2])  # not built again
+    assert torch.equal(grid(state)[0], mask)  # and the same as one built afresh
     state.pad[1] = 1  # in place
     state.length[1] = 3
-    mask, pad, length = grid(state)
+    mask, pad, length = grid(state, memo)
     assert mask.tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]] and (pad, length) == ([0, 1], [4, 3])
     state.width = 5  # L alone changes
-    assert grid(state)[0].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]]
+    assert grid(state, memo)[0].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]]
     state.pad = torch.tensor([1, 2])
-    assert grid(state)[0].tolist() == [[0, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
-    with torch.inference_mode():  # no version counter: rebuilt at every step
+    assert grid(state, memo)[0].tolist() == [[0, 1, 1, 1, 1], [0, 0, 1, 1, 1]]
+    with torch.inference_mode():  # found by value: inference tensors alike
         state.pad, state.length = torch.tensor([0, 1]), torch.tensor([5, 4])
-        assert grid(state)[1] == [0, 1]
+        assert grid(state, memo)[1] == [0, 1]
         state.pad[1] = 2
-        assert grid(state)[1] == [0, 2]
+        assert grid(state, memo)[1] == [0, 2] and grid(state, memo)[0].tolist()[1] == [0, 0, 1, 1, 1]
 
 
-def test_i4_sees_a_grid_mask_written_behind_the_version_counter(run):
+def test_the_checker_keeps_no_module_state():
+    """Memoisation is the checker's own object, never module state nor a tensor's
+    private version counter (the files are read as text: no name may hold a memo)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for path in [*(root / "invariants").glob("*.py"), *(root / "reference").rglob("*.py")]:
+        text = path.read_text()
+        assert "._" "version" not in text and "lru_cache" not in text, path  # (split, so that no file holds the name)
+        assert not re.search(r"^_[A-Z_]+: *(dict|list)", text, re.M), path
+
+
+def test_i4_sees_a_grid_mask_written_through_numpy(run):
     o = mutable(first(run[2], "draft", round=2))
     assert draft_target_sync(o) == []
     o.mask.numpy()[0, o.pad[0]] = 0  # numpy writes do not move the tensor's version counter

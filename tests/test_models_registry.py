@@ -61,13 +61,10 @@ def test_tiny_pair_loads_with_no_tokenizer():
     assert tokenizer is None and draft is not target
 
 
-def test_default_pair_absent_is_reported_not_raised(monkeypatch):
-    def broken():
-        raise ImportError("no module named default_pair")
-
-    monkeypatch.setattr(registry, "_default_module", broken)
+def test_default_weights_missing_are_reported_not_raised(monkeypatch, tmp_path):
+    monkeypatch.setattr(registry.default_pair, "DEFAULT_DIR", tmp_path)  # a build that left the weights out
     available, reason = registry.availability("default")
-    assert not available and reason.startswith("not available") and "default_pair" in reason
+    assert not available and reason.startswith("not available: weights missing") and str(tmp_path) in reason
     with pytest.raises(FileNotFoundError, match="not available"):
         registry.load_pair("default")
 
@@ -221,7 +218,8 @@ def test_join_rejects_a_wrong_size_with_the_right_prefix(tmp_path):
 def test_cli_lists_every_pair_with_its_status(capsys, hub_cache, tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHSPEC_CACHE", str(tmp_path / "none"))
     assert cli_models.main(["models", "list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:3] == ["pair", "here", "kind"]  # a header row names the columns
     status = {line.split()[0]: line.split()[1] for line in lines if not line.startswith(" ")}
     assert list(status) == list(registry.PAIRS)
     assert status["tiny-llama"] == "yes" and status["qwen2.5-coder"] == "no" and status["vicuna-7b-68m"] == "no"
@@ -245,3 +243,25 @@ def test_cli_fetch_reports_an_integrity_error(capsys, monkeypatch):
     monkeypatch.setattr(fetch, "fetch_pair", corrupted)
     assert cli_models.main(["models", "fetch", "qwen2.5-coder"]) == 1
     assert "error: refusing x.gguf" in capsys.readouterr().err
+
+
+
+def test_loading_a_pair_draws_no_progress_bars_and_leaves_the_setting_alone(capfd):
+    """Library use: no ``Loading weights: 100%|...`` on stderr, and the
+    caller's own transformers setting is the same afterwards."""
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging
+
+    from batchspec.models.default_pair import DEFAULT_DIR
+
+    was = logging.is_progress_bar_enabled()  # the CLI's main, run by other tests, switches them off
+    logging.enable_progress_bar()
+    try:
+        LlamaForCausalLM.from_pretrained(DEFAULT_DIR / "draft")
+        assert "Loading weights" in capfd.readouterr().err  # what transformers draws by itself
+        registry.load_pair("default")
+        assert "Loading weights" not in capfd.readouterr().err
+        assert logging.is_progress_bar_enabled()
+    finally:
+        if not was:
+            logging.disable_progress_bar()

@@ -48,7 +48,7 @@ def test_literal_grid(name):
     a = torch.tensor([len(acc) for acc in accepted])
     verdict = Verdict(a - 1, proposal)
     state = BatchState(tokens, pad, length, list(range(len(before))), length.clone(), None, None)
-    plan = repad(pad, length, a, ~torch.tensor(finished), tokens.shape[1])
+    plan = repad(pad, length, a, ~torch.tensor(finished))
     unpad_append_repad(state, verdict, plan)
     assert decode_grid(state.tokens, state.pad) == after
     assert state.length.tolist() == [len(row.lstrip(".")) for row in after]

@@ -6,7 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchspec.reference import cache as kv
+from batchspec.reference.moves import realign, take_slots
+from batchspec.reference.storage import StackedCache, layer_tensors
 from batchspec.reference.state import attention_mask, content_index, repad
 
 K_MAX = 5
@@ -29,7 +30,7 @@ def test_update_rule_and_i1_i2_after_repad(case):
     width = max(c)
     length = torch.tensor(c)
     pad = width - length
-    plan = repad(pad, length, torch.tensor(a), torch.tensor(keep), width)
+    plan = repad(pad, length, torch.tensor(a), torch.tensor(keep))
     kept = [i for i, k in enumerate(keep) if k]
     assert plan.rows.tolist() == kept
     new_width = max(c[i] + a[i] for i in kept)  # L' = max(c_i + a_i)
@@ -65,12 +66,12 @@ def test_realign_moves_kept_entries_and_drops_rejected(case, extra):
         p = width - c[i]
         for s in range(p, old_len):
             codes[i, 0, s, 0] = 1000 * i + (s - p)  # row i, content index s - p_i
-    cache = kv.StackedCache(1)  # batchspec's cache layout (Spec §2.3), filled through the public update path
+    cache = StackedCache(1)  # batchspec's cache layout (Spec §2.3), filled through the public update path
     cache.update(codes.clone(), codes.clone(), 0)
     length = torch.tensor(c)
-    plan = repad(width - length, length, torch.tensor(a), torch.tensor(keep), width)
-    kv.realign(cache, plan.rows, plan.slots[:, : plan.width - 1])
-    keys = kv.layer_tensors(cache)[0][0]
+    plan = repad(width - length, length, torch.tensor(a), torch.tensor(keep))
+    realign(cache, plan.rows, plan.delta, plan.pad, plan.width)
+    keys = layer_tensors(cache)[0][0]
     assert keys.shape == (len(plan.rows), 1, plan.width - 1, 1)
     for bb, i in enumerate(plan.rows.tolist()):
         p_new = int(plan.pad[bb])
@@ -86,38 +87,38 @@ def _twin_caches(c, a, keep, extra, layers, seed):
     k = max(a) - 1 + extra
     gen = torch.Generator().manual_seed(seed)
     tensors = [torch.randn(b, 2, width + k, 3, generator=gen, dtype=torch.float64) for _ in range(2 * layers)]
-    caches = [kv.StackedCache(layers), kv.StackedCache(layers)]
+    caches = [StackedCache(layers), StackedCache(layers)]
     for cache in caches:
         for layer in range(layers):
             cache.update(tensors[2 * layer].clone(), tensors[2 * layer + 1].clone(), layer)
     length = torch.tensor(c)
-    plan = repad(width - length, length, torch.tensor(a), torch.tensor(keep), width)
+    plan = repad(width - length, length, torch.tensor(a), torch.tensor(keep))
     return caches, plan
 
 
 @settings(max_examples=150, deadline=None)
 @given(ragged(), st.integers(0, K_MAX), st.integers(1, 3), st.integers(0, 2**16))
-def test_in_place_shift_equals_the_gather_on_every_content_slot(case, extra, layers, seed):
-    """Spec §4.5: the in-place ``shift`` EQSPEC uses and the general
-    ``realign`` gather leave the same keys/values in every content slot
+def test_in_place_realign_equals_the_gather_on_every_content_slot(case, extra, layers, seed):
+    """Spec §4.5: the in-place ``realign`` EQSPEC uses and the general
+    ``take_slots`` gather leave the same keys/values in every content slot
     ``p'_i .. L'-2`` (positive and negative ``δ_i``, rows leaving), the
     same shapes, and only finite values in the padding; the next append
     lands after the moved slots."""
     c, a, keep = case
     (gathered, shifted), plan = _twin_caches(c, a, keep, extra, layers, seed)
     storage = shifted.store.data.data_ptr()
-    kv.realign(gathered, plan.rows, plan.slots[:, : plan.width - 1])
-    kv.shift(shifted, plan.rows, plan.delta, plan.pad, plan.width - 1)
+    take_slots(gathered, plan.rows, plan.slots[:, : plan.width - 1])
+    realign(shifted, plan.rows, plan.delta, plan.pad, plan.width)
     assert shifted.store.data.data_ptr() == storage  # in place: no new storage
-    for (gk, gv), (sk, sv) in zip(kv.layer_tensors(gathered), kv.layer_tensors(shifted)):
+    for (gk, gv), (sk, sv) in zip(layer_tensors(gathered), layer_tensors(shifted)):
         assert sk.shape == gk.shape == (len(plan.rows), 2, plan.width - 1, 3)
         assert torch.isfinite(sk).all() and torch.isfinite(sv).all()
         for b, p in enumerate(plan.pad.tolist()):
             assert torch.equal(sk[b, :, p:], gk[b, :, p:]) and torch.equal(sv[b, :, p:], gv[b, :, p:])
-    before = [t.clone() for pair in kv.layer_tensors(shifted) for t in pair]
+    before = [t.clone() for pair in layer_tensors(shifted) for t in pair]
     for layer in range(layers):
         new = torch.full((len(plan.rows), 2, K_MAX + 1, 3), 7.0, dtype=torch.float64)
         shifted.update(new, new.clone(), layer)
-    after = [t for pair in kv.layer_tensors(shifted) for t in pair]
+    after = [t for pair in layer_tensors(shifted) for t in pair]
     for old, now in zip(before, after):
         assert torch.equal(now[:, :, : plan.width - 1], old) and bool((now[:, :, plan.width - 1:] == 7.0).all())

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpe
 from _spec_helpers import one_thread
 from batchspec import scheduler as scheduler_module
 from batchspec.models import tiny
-from batchspec.reference import cache as kv
+from batchspec.reference import model_call
 from batchspec.reference.exspec import EXSPEC_STEPS
 from batchspec.reference.exspec_policy import POLICIES
 from batchspec.scheduler import Scheduler
@@ -103,7 +103,7 @@ def faulty_steps():
 @contextmanager
 def injection_everywhere():
     """Injection points in every forward call and at every event boundary the driver sees."""
-    forward, clocked = kv.run_forward, scheduler_module.clocked
+    forward, clocked = model_call.run_forward, scheduler_module.clocked
 
     def boundaries(decoder, device):
         events = clocked(decoder, device)
@@ -116,11 +116,11 @@ def injection_everywhere():
             yield event
             INJECTOR.point(f"after event {event.step}")
 
-    kv.run_forward, scheduler_module.clocked = around("forward", forward), boundaries
+    model_call.run_forward, scheduler_module.clocked = around("forward", forward), boundaries
     try:
         yield
     finally:
-        kv.run_forward, scheduler_module.clocked = forward, clocked
+        model_call.run_forward, scheduler_module.clocked = forward, clocked
 
 
 def digest(row) -> str | None:

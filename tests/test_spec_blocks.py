@@ -140,15 +140,15 @@ def test_each_abstract_invariant_fires(spec):
     """Every abstract predicate is seen to fail on a violating state."""
     toy = spec["toy_model"]
     obs, _ = spec["masking_round_two"](toy(1), [[3], [3]])
-    assert spec["violated"](obs) == ["I1", "I2", "I4"]
+    assert spec["violations"](obs) == ["I1", "I2", "I4"]
     # I3: a cache slot holding another token's record
-    batch = spec["Batch"]([[3, 1]], [0], [2], [0], [2], {"target": [[((4, 0),)]]})
-    assert spec["violated"](spec["Observation"]("align", batch)) == ["I3"]
+    batch = spec["BatchState"]([[3, 1]], [0], [2], [0], [2], {"target": [[((4, 0),)]]})
+    assert spec["violations"](spec["Observation"]("align", batch)) == ["I3"]
     # I3: a cache of the wrong length at a boundary
     batch.caches["target"] = [[((3, 0),), ((1, 1),)]]
-    assert spec["violated"](spec["Observation"]("align", batch)) == ["I3"]
+    assert spec["violations"](spec["Observation"]("align", batch)) == ["I3"]
     batch.caches["target"] = [[((3, 0),)]]
-    assert spec["violated"](spec["Observation"]("align", batch)) == []
+    assert spec["violations"](spec["Observation"]("align", batch)) == []
     assert spec["wrong_draft_cache_still_exact"](toy(1))
     assert spec["draft_bonus_counterexample"](toy(1))  # I5 alone
 
@@ -200,14 +200,14 @@ def test_each_abstract_correctness_invariant_fires(spec):
     toy = spec["toy_model"]
     obs, _ = spec["masking_round_two"](toy(1), [[3], [3]])  # masking: holes and positions counting slots
     assert not spec["correct_calls"](obs, {})
-    Call = spec["Call"]
+    ForwardCall = spec["ForwardCall"]
     good = [[((5, 0),), ((5, 0), (7, 1))]]
-    call = Call("target", [[9]], [[1, 1, 1]], [[2]], 2, [[1]])
+    call = ForwardCall("target", [[9]], [[1, 1, 1]], [[2]], 2, [[1]])
     assert spec["one_chain"](call, good, {})
-    assert not spec["one_chain"](Call("target", [[9]], [[1, 1, 1]], [[3]], 2, [[1]]), good, {})  # position
+    assert not spec["one_chain"](ForwardCall("target", [[9]], [[1, 1, 1]], [[3]], 2, [[1]]), good, {})  # position
     assert not spec["one_chain"](call, [[((5, 0),), ((6, 0), (7, 1))]], {})  # a slot from another prefix
     assert not spec["one_chain"](call, [[((5, 0),), None]], {})  # a slot never written
-    hidden = Call("target", [[9]], [[1, 0, 1]], [[1]], 2, [[1]])  # slot 1 masked, the input takes position 1
+    hidden = ForwardCall("target", [[9]], [[1, 0, 1]], [[1]], 2, [[1]])  # slot 1 masked, the input takes position 1
     assert spec["one_chain"](hidden, good, {})  # a rejected draft left as a hole
     assert not spec["one_chain"](hidden, good, {((5, 0),): 7})  # the target had chosen 7 there: committed, hidden
     chosen = {((4, 0),): 8, ((4, 0), (8, 1)): 2}

@@ -41,7 +41,7 @@ def test_every_spec_page_is_built_with_its_math(site):
         assert (site / "assets" / "katex" / asset).is_file(), asset
 
 
-def test_api_reference_and_placeholders(site):
+def test_api_reference_and_tutorial_landing_page(site):
     api = (site / "api" / "reference" / "index.html").read_text()
     assert 'id="batchspec.reference.state.repad"' in api and "Unpad" in api
     assert 'id="batchspec.invariants.alignment.rectangular_alignment"' in (site / "api" / "invariants" / "index.html").read_text()

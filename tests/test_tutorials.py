@@ -27,7 +27,7 @@ _spec = importlib.util.spec_from_file_location("tutorial_harness", ROOT / "tutor
 harness = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(harness)
 
-BUDGET = 300  # seconds, all tutorials together (issue 9: under 5 minutes on 2 cores)
+BUDGET = 300  # seconds, all tutorials together: under 5 minutes on 2 cores
 CHAPTERS = [f"{n:02d}" for n in range(1, 10)]
 #: chapters that tell their story with pictures: all of them
 PICTURED = CHAPTERS
@@ -90,8 +90,9 @@ def test_chapter_7_says_what_it_runs_on(executed):
     printed = "".join("".join(o.get("text", "")) for c in _notebook("07_real_pairs_and_gpus")["cells"]
                       for o in c.get("outputs", []))
     assert re.search(r"running on pair '[\w.-]+', device '\w+'", printed)
-    assert "CUDA is not available here" in printed or "device 'cuda" in printed
-    assert "qwen2.5-coder" in printed
+    assert "This notebook ran on pair" in printed  # and, on the default pair, how to run it on a real one:
+    assert "BATCHSPEC_TUTORIAL_PAIR=qwen2.5-coder BATCHSPEC_TUTORIAL_DEVICE=cuda" in printed or \
+        "device 'cuda" in printed
 
 
 def test_tutorials_render_on_the_site_with_their_pictures(executed, docs_site):
@@ -101,7 +102,5 @@ def test_tutorials_render_on_the_site_with_their_pictures(executed, docs_site):
         assert page.count('src="data:image/png;base64') == pictures, name
         assert pictures > 0 or name[:2] not in PICTURED, name
         assert "Traceback" not in page and "What to remember" in page, name
-    for name in harness.SLOTS:  # the slots other work fills: a page either way
-        assert (docs_site / "tutorials" / name / "index.html").is_file(), name
     landing = (docs_site / "tutorials" / "index.html").read_text()
     assert all(f"{name}/" in landing for name in executed)

@@ -95,7 +95,7 @@ def test_no_prompts_is_an_empty_result(models):
     assert result.sequences == [] and result.stats.rounds == 0
 
 
-# --- mistakes found trying the API as a new user (issue 13 §2); each refused before any forward ----------
+# --- mistakes found trying the API as a new user; each refused before any forward ----------
 
 def no_forward(models, call):
     """Run ``call``; return what it raised, after checking that no model ran a forward."""

@@ -168,3 +168,59 @@ def test_tutorial_setup_reads_the_environment_and_says_when_it_falls_back(monkey
         setup = viz.tutorial_setup(pair="tiny-llama", device="cuda", quiet=True)
         assert setup.device == "cpu" and "not available" in setup.note
     assert len(setup.prompts(3)) == 3
+
+
+def _pictures(recorded):
+    verify, align = recorded.find(2, "verify"), recorded.find(2, "align")
+    return {"grid": viz.draw_grid(recorded, verify), "positions": viz.draw_positions(recorded, verify),
+            "round": viz.draw_round(recorded, 2), "shift": viz.draw_shift(recorded, verify, align),
+            "cache": viz.draw_cache(align), "violation": viz.draw_violation(recorded),
+            "cells": viz.draw_cells(c.grid_cells(recorded, verify)).figure}
+
+
+def smallest_text_px(fig) -> float:
+    from matplotlib.text import Text
+
+    return min(t.get_fontsize() * fig.dpi / 72 for t in fig.findobj(Text) if t.get_text().strip())
+
+
+def test_every_picture_reads_at_actual_size():
+    """Legible on the site (issue 24): no text smaller than MIN_TEXT_PX (12.5 px) in the
+    PNG, and by default no wider than the docs' notebook column, where the site shows
+    it at the size it was drawn (tests/test_browser.py checks that side)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from PIL import Image
+
+    from batchspec.viz.draw import COLUMN_IN, DPI, MIN_TEXT_PX
+
+    for name, fig in _pictures(traced("masking", prompts=RAGGED_AT_2)).items():
+        assert fig.dpi == DPI and smallest_text_px(fig) >= MIN_TEXT_PX - 1e-9, (name, smallest_text_px(fig))
+        png = io.BytesIO()
+        fig.savefig(png, format="png", bbox_inches="tight")  # as the notebook's inline backend saves it
+        width = Image.open(png).size[0]
+        assert width <= (COLUMN_IN + 0.3) * DPI, (name, width)
+    small = _pictures(traced("masking", prompts=RAGGED_AT_2))["grid"]
+    next(t for t in small.axes[0].texts if t.get_text().strip()).set_fontsize(7)
+    assert smallest_text_px(small) < MIN_TEXT_PX  # the check fires on a picture with smaller text
+
+
+def test_the_realignment_arrows_stay_in_their_row():
+    """Tutorial 5's picture: each row's arrows run from its "before" line to its "after"
+    line, with room between the lines, so no two rows' arrows cross (issue 24)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    recorded = traced()
+    align = next(s for s in steps(recorded, "align") if any(s["decision"]["delta"]))
+    fig = viz.draw_shift(recorded, recorded.steps[align["index"] - 1], align, last=None)
+    ax = fig.axes[0]
+    lines = [tick.get_position()[1] for tick in ax.get_yticklabels()]  # row centres, before/after per row
+    arrows = [(a.xyann[1], a.xy[1]) for a in ax.texts if hasattr(a, "xyann")]
+    assert arrows
+    bands = [(lines[2 * j] + 0.5, lines[2 * j + 1] - 0.5) for j in range(len(lines) // 2)]
+    for start, end in arrows:
+        assert any(top == start and end == bottom and bottom - top >= 1 for top, bottom in bands), (start, end)

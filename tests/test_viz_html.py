@@ -38,7 +38,7 @@ def test_page_is_self_contained_and_carries_the_trace(trace, tmp_path):
     assert shown["label"] == "masking" and shown["header"] == trace.header
     assert [s["step"] for s in shown["steps"]] == [s["step"] for s in trace.steps]
     assert shown["steps"][-1]["violations"] == trace.steps[-1]["violations"]
-    assert all("fingerprint" not in c for s in shown["steps"] if s["observation"]
+    assert all("layer0_sum" not in c for s in shown["steps"] if s["observation"]
                for c in s["observation"]["caches"].values())
     assert ".bsv-viewer" in page and "function Viewer" in page  # styles and script inline
 

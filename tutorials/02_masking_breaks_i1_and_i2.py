@@ -64,7 +64,7 @@ def first_ragged_round(recorded):
 ragged = first_ragged_round(masked)
 print("first ragged round:", ragged)
 assert (first["invariant"], first["round"]) == ("I1", ragged)
-viz.draw_violation(masked, last=30);
+viz.draw_violation(masked);
 
 # %% [markdown]
 # The outlined cell is the first hole: a rejected draft (hatched) that stays in

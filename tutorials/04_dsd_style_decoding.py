@@ -46,7 +46,7 @@ rejecting = next(
     if s["decision"] and s["decision"]["accepted"][0] < s["decision"]["drafted"]
 )
 assert (first["invariant"], first["step"], first["round"]) == ("I5", "verify", rejecting)
-viz.draw_violation(single, last=24);
+viz.draw_violation(single);
 
 # %% [markdown]
 # The first round in which the draft was rejected is the first round that

@@ -86,14 +86,15 @@ assert new_pad == after["observation"]["pad"] and delta == ragged["delta"]
 viz.draw_round(recorded, r, last=22);
 
 # %% [markdown]
-# ## The cache gather
+# ## The cache realignment
 #
 # The grid moved; the caches must move with it, or slot `s` of a row would hold
-# the key of a different token than the grid says. EQSPEC gathers every cache
-# row once: new slot `s` takes old slot `s - δ_i`. The trace records, for every
-# cache slot, which token and position its key came from (its *provenance*),
-# so we can draw the gather as it really happened: each arrow goes from the slot
-# a key was copied from to where it landed.
+# the key of a different token than the grid says. EQSPEC realigns every cache
+# row in place, shifting it by `δ_i`: new slot `s` holds old slot `s - δ_i`
+# (Spec §4.5). The trace records, for every cache slot, which token and
+# position its key came from (its *provenance*), so we can draw the
+# realignment as it really happened: each arrow goes from the slot a key was
+# copied from to where it landed.
 
 # %%
 before = recorded.steps[after["index"] - 1]
@@ -177,7 +178,7 @@ assert sum(caught is not None for _, caught, _ in rows) >= 5
 # ## One fault, up close
 #
 # `permuted_rows` takes each cache row from the wrong batch row during the
-# gather. The grid is right, so the structural checks cannot see it; the
+# realignment. The grid is right, so the structural checks cannot see it; the
 # semantic I3 does, and the provenance shows the foreign keys (orange, crossed).
 
 # %%

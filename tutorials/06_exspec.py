@@ -1,8 +1,8 @@
 # %% [markdown]
 # # 6. EXSPEC: avoid the realignment by scheduling
 #
-# EQSPEC pays for every ragged round with a realignment: a gather over every
-# cache tensor. The paper's second algorithm, **EXSPEC** (Spec §8), avoids it
+# EQSPEC pays for every ragged round with a realignment: every row that moves
+# is shifted by `δ_i`, in every layer's keys and values. The paper's second algorithm, **EXSPEC** (Spec §8), avoids it
 # when it can. It keeps a **pool** of active sequences, each with its own
 # unpadded batch-1 caches, and each round stacks `B` of them that have the
 # **same current length**. Such a batch needs no padding, no position fix-up

@@ -38,7 +38,6 @@ from batchspec.testing import reference_sampled
 torch.set_num_threads(1)
 started = time.perf_counter()
 setup = viz.tutorial_setup(torch.float64)  # BATCHSPEC_TUTORIAL_PAIR / _DEVICE; float64: exactness is a float64 claim
-print(setup.note)
 target, draft, device = setup.target, setup.draft, setup.device
 prompts = setup.prompts(8, 0)
 

@@ -12,29 +12,23 @@ seconds it took; :func:`ensure_executed` re-runs only the tutorials whose key
 changed. ``tests/test_tutorials.py`` calls it and reports each tutorial's
 time; ``mkdocs build`` calls it from :func:`on_pre_build` (this file is a
 mkdocs hook), so whichever runs first executes and the other reads.
-
-Chapter slots that another piece of work fills (:data:`SLOTS`) get a
-one-cell placeholder notebook until their ``.py`` exists, so the nav builds.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import resource
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LOG = logging.getLogger("mkdocs.plugins.batchspec.tutorials")  # mkdocs shows its INFO lines
 SOURCES = ROOT / "tutorials"
 OUT = ROOT / "docs" / "tutorials"
 PACKAGE = [ROOT / "batchspec", ROOT / "reference", ROOT / "invariants"]
 TIMEOUT = 300  # seconds per cell: far above any cell's need; a hung cell fails the build
-#: name -> (title, what will fill it), for chapters other work writes
-SLOTS = {
-    "08_speculative_sampling": ("Speculative sampling", "the speculative-sampling work (sampled verification, I8)"),
-    "09_check_your_own_decoder": ("Check your own decoder", "the conformance-checker work"),
-}
 
 
 def tutorials() -> list[Path]:
@@ -46,11 +40,23 @@ def tutorials() -> list[Path]:
 ENVIRONMENT = ("BATCHSPEC_TUTORIAL_PAIR", "BATCHSPEC_TUTORIAL_DEVICE")
 
 
+def selected() -> tuple[str, str]:
+    """The pair and device the tutorials will run on here: what :data:`ENVIRONMENT`
+    asks for if it is available, else the default pair on CPU
+    (``batchspec.viz.setup.chosen_pair``; a cached real pair is never taken unasked)."""
+    from batchspec.viz.setup import chosen_pair
+
+    pair, device, _ = chosen_pair()
+    return pair, device
+
+
 def key(source: Path) -> str:
-    """Hash of the tutorial, of every package source file it may exercise, and
-    of the pair/device it is asked to run on."""
+    """Hash of the tutorial, of every package source file it may exercise, of the
+    pair/device it is asked to run on, and of the pair/device it will run on
+    (the same request runs elsewhere once the pair asked for is fetched)."""
     digest = hashlib.sha256(source.read_bytes())
     digest.update(repr([os.environ.get(name) for name in ENVIRONMENT]).encode())
+    digest.update(repr(selected()).encode())
     for folder in PACKAGE:
         for path in sorted(folder.rglob("*.py")):
             digest.update(path.relative_to(ROOT).as_posix().encode() + path.read_bytes())
@@ -80,7 +86,9 @@ def execute(source: Path, target: Path) -> float:
     start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         _kernel_environment()
-        NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3",
+        # The kernel logs errors only: its one warning (a loopback connection without
+        # encryption) said nothing about the tutorial and filled the build log nine times.
+        NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3", extra_arguments=["--log-level=ERROR"],
                        resources={"metadata": {"path": str(ROOT)}}).execute()
     except CellExecutionError as error:
         raise RuntimeError(f"tutorial {source.name} failed:\n{error}") from None
@@ -104,33 +112,16 @@ def _kernel_environment() -> None:
     os.environ.setdefault("PYTHONWARNINGS", "ignore:IProgress not found")
 
 
-def placeholder(name: str, title: str, owner: str) -> None:
-    """A one-cell notebook that holds a chapter's place in the nav."""
-    import nbformat
-
-    target = OUT / f"{name}.ipynb"
-    text = (f"# {title}\n\nThis chapter comes with {owner}; it is not in this build yet. "
-            f"Its source will be `tutorials/{name}.py`.")
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
-    notebook.metadata["batchspec"] = {"placeholder": True}
-    nbformat.write(notebook, target)
-
-
 def ensure_executed(force: bool = False) -> dict[str, float]:
-    """Execute every tutorial whose recorded key is stale (all when ``force``);
-    fill the empty slots. Returns ``{name: seconds}`` as recorded."""
+    """Execute every tutorial whose recorded key is stale (all when ``force``).
+    Returns ``{name: seconds}`` as recorded."""
     OUT.mkdir(parents=True, exist_ok=True)
-    times = {}
-    for source in tutorials():
-        target = OUT / f"{source.stem}.ipynb"
-        recorded = _recorded(target)
-        if force or recorded.get("key") != key(source):
-            execute(source, target)
-            recorded = _recorded(target)
-        times[source.stem] = recorded["seconds"]
-    for name, (title, owner) in SLOTS.items():
-        if not (SOURCES / f"{name}.py").is_file() and not _recorded(OUT / f"{name}.ipynb").get("placeholder"):
-            placeholder(name, title, owner)
+    stale = [source for source in tutorials()
+             if force or _recorded(OUT / f"{source.stem}.ipynb").get("key") != key(source)]
+    for n, source in enumerate(stale, 1):  # a cold run takes minutes: one line per tutorial says how far
+        seconds = execute(source, OUT / f"{source.stem}.ipynb")
+        LOG.info("tutorial %d of %d executed: %s (%.0f s)", n, len(stale), source.name, seconds)
+    times = {source.stem: _recorded(OUT / f"{source.stem}.ipynb")["seconds"] for source in tutorials()}
     return times
 
 
@@ -140,6 +131,7 @@ def on_pre_build(config, **kwargs) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name, seconds in ensure_executed(force=True).items():
         cpu = _recorded(OUT / f"{name}.ipynb").get("cpu_seconds")
         print(f"{name:<40} {seconds:6.1f} s wall, {cpu:6.1f} s CPU")

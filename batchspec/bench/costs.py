@@ -8,42 +8,15 @@ algorithm (style §7): the reference code only receives the numbers.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
-from ..reference import cache as kv
+from ..draft_lengths import prefilled, timed_call
+from ..driver import clock
 from ..reference.draft_policy import AUTO_MAX_K, Costs
+from ..reference.model_call import run_forward
 from ..reference.state import attention_mask, content_index, left_pad
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _prefilled(model, batch: int, context: int, extra: int):
-    """``(ids, cache)``: random ids ``[batch, context + extra]`` (no padding) and a
-    cache holding the first ``context`` of them."""
-    ids = torch.randint(2, model.config.vocab_size, (batch, context + extra), device=model.device)
-    pad = torch.zeros(batch, dtype=torch.long, device=model.device)
-    cache = kv.new_cache(model)
-    kv.run_forward(model, cache, ids[:, :context], attention_mask(pad, context), content_index(pad, 0, context), 1)
-    return ids, cache
-
-
-def _timed_call(model, ids, cache, n: int, context: int) -> float:
-    """Seconds of one forward call of ``n`` tokens per row after ``context``
-    cached slots; the cache is cropped back after it."""
-    pad = torch.zeros(ids.shape[0], dtype=torch.long, device=model.device)
-    mask, positions = attention_mask(pad, context + n), content_index(pad, context, context + n)
-    _sync(model.device)
-    start = time.perf_counter()
-    kv.run_forward(model, cache, ids[:, context:context + n], mask, positions)
-    _sync(model.device)
-    seconds = time.perf_counter() - start
-    kv.crop_to(cache, context)
-    return seconds
+from ..reference.storage import new_cache
 
 
 def _interleaved(cells: list, time_cell, repeats: int) -> dict:
@@ -84,13 +57,13 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     batches, tokens = sorted(set(batches)), list(tokens)
     cells = [("draft", b, 1) for b in batches] + [("target", b, n) for b in batches for n in tokens]
     models = {"target": target, "draft": draft}
-    prepared = {(name, b): _prefilled(models[name], b, context, max(tokens)) for name, b, _ in cells}
+    prepared = {(name, b): prefilled(models[name], b, context, max(tokens)) for name, b, _ in cells}
 
     def warm(cell) -> float:
         name, b, n = cell
         call = (models[name], *prepared[(name, b)], n, context)
-        _timed_call(*call)  # warm for this shape
-        return min(_timed_call(*call), _timed_call(*call))
+        timed_call(*call)  # warm for this shape
+        return min(timed_call(*call), timed_call(*call))
 
     median = _interleaved(cells, warm, repeats)
     return Costs(draft={b: median[("draft", b, 1)] for b in batches},
@@ -101,12 +74,10 @@ def _prefill_call(model, prompts: list[list[int]]) -> float:
     """Seconds of one prefill: the left-padded prompts fed whole to an empty cache."""
     tokens, pad, _ = left_pad(prompts, model.device)  # [B, L]
     mask, positions = attention_mask(pad, tokens.shape[1]), content_index(pad, 0, tokens.shape[1])
-    cache = kv.new_cache(model)
-    _sync(model.device)
-    start = time.perf_counter()
-    kv.run_forward(model, cache, tokens, mask, positions, 1)
-    _sync(model.device)
-    return time.perf_counter() - start
+    cache = new_cache(model)
+    start = clock(model.device)
+    run_forward(model, cache, tokens, mask, positions, 1)
+    return clock(model.device) - start
 
 
 @torch.no_grad()

@@ -7,14 +7,14 @@ Timing happens here, around whole calls, never inside the algorithm (style §7).
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 import batchspec
 
-from ..reference.draft_policy import AUTO_MAX_K
+from ..driver import clock
+from ..reference.draft_policy import AutoK, Confident, Costs, largest_k
 from ..testing import reference_greedy
 from . import peers
 from .costs import measure_costs, measure_prefill, median_costs, median_prefill
@@ -54,6 +54,7 @@ class Cell:
     per_round: list | None = None  # the last repeat's round records (greedy: every repeat's)
     peak_bytes: int | None = None
     ideal_speedup: float | None = None
+    target_calls: int | None = None  # the last repeat's target forward calls (peers' too)
     call_seconds: float | None = None  # the run priced as its forward calls alone (zero bookkeeping)
 
     @property
@@ -78,16 +79,20 @@ def grid(methods, batches, ks) -> list[Case]:
     return out
 
 
-def _clock(device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
+def counted_case(pair, case: Case, prompts, max_new_tokens: int):
+    """:func:`run_case` and the target forward calls it made (a hook, for peers and ours alike)."""
+    calls: list = []
+    hook = pair.target.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        return (*run_case(pair, case, prompts, max_new_tokens), len(calls))
+    finally:
+        hook.remove()
 
 
 def run_case(pair, case: Case, prompts, max_new_tokens: int):
     """``(sequences, seconds, stats or None)`` of one call."""
     target, draft, eos = pair.target, pair.draft, pair.eos_token_id
-    start = _clock(target.device)
+    start = clock(target.device)
     stats = None
     if case.method == "generate":
         seqs = peers.hf_generate(target, prompts, case.batch, max_new_tokens, eos)
@@ -99,7 +104,7 @@ def run_case(pair, case: Case, prompts, max_new_tokens: int):
         result = batchspec.generate(target, draft, prompts, method=case.method, num_draft_tokens=case.k or 1,
                                     max_new_tokens=max_new_tokens, batch_size=case.batch, eos_token_id=eos)
         seqs, stats = result.sequences, result.stats
-    return seqs, _clock(target.device) - start, stats
+    return seqs, clock(target.device) - start, stats
 
 
 @dataclass
@@ -149,14 +154,14 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         if timed:
             probes.append(probe(steady, pair.target.device))
         prompts = pool[: cells[case].prompts]
-        seqs, seconds, stats = run_case(pair, case, prompts, plan.max_new_tokens)
+        seqs, seconds, stats, calls = counted_case(pair, case, prompts, plan.max_new_tokens)
         cell = cells[case]
         wrong = [i for i, (got, want) in enumerate(zip(seqs, expected)) if got != want]
         cell.mismatches = sorted(set(cell.mismatches) | set(wrong))  # wrong in any pass is wrong
         if not timed:
             continue
         cell.seconds.append(seconds)
-        cell.tokens = sum(map(len, seqs))
+        cell.tokens, cell.target_calls = sum(map(len, seqs)), calls
         if stats is not None:
             cell.stats, cell.per_round = stats.as_dict(), stats.per_round
     if plan.memory:  # last: it changes how the allocator returns memory
@@ -199,10 +204,15 @@ def _costs(pair, plan: Plan, pool):
     a typical row mid-decode."""
     if pair.draft is None:
         return None
-    ints = [k for k in plan.ks if isinstance(k, int)]
-    k_max = AUTO_MAX_K if "auto" in plan.ks else max(ints, default=1)
+    k_max = max(largest_k(resolve_policy_name(k)) for k in plan.ks)
     context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
-    return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=range(1, k_max + 2), repeats=COST_REPEATS)
+    tokens = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 13, k_max + 1) if n <= k_max + 1})  # the rest interpolate
+    return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=tokens, repeats=COST_REPEATS)
+
+
+def resolve_policy_name(k):
+    """``k`` of the plan as a policy object for its cap (a name), or the int."""
+    return {"auto": AutoK(Costs({}, {})), "confident": Confident()}.get(k, k) if isinstance(k, str) else k
 
 
 def _prefill(pair, plan: Plan, pool, cells) -> dict:

@@ -22,22 +22,24 @@ import torch
 from ..bench import report, steadiness
 from ..bench.run import OURS, PEERS, Plan, run
 from .common import add_pair_arguments, int_list, load_pair, nonnegative_int, positive_int, progress
+from ..reference.draft_policy import POLICY_NAMES
 from .errors import UsageError
 
 DEFAULT_METHODS = ("generate", "assisted", "autoregressive", "eqspec", "exspec")
 
 
 def parse_ks(text: str) -> list:
-    """``-k`` as a list of positive ints and ``auto``."""
+    """``-k`` as a list of positive ints and draft policies' names (``auto``, ``confident``)."""
     out = []
     for entry in text.split(","):
         entry = entry.strip()
-        if entry == "auto":
-            out.append("auto")
+        if entry in POLICY_NAMES:
+            out.append(entry)
         elif entry.isdigit() and int(entry) >= 1:
             out.append(int(entry))
         else:
-            raise UsageError(f"-k: expected comma-separated positive integers or 'auto', got {entry!r} in {text!r}")
+            raise UsageError(f"-k: expected comma-separated positive integers, 'auto' or 'confident', got {entry!r} "
+                             f"in {text!r}")
     return out
 
 
@@ -62,7 +64,7 @@ def register(subparsers) -> None:
                         "generate_batch is transformers' continuous batching, very slow on CPU)")
     p.add_argument("--batch-sizes", type=int_list, default=[1, 4, 8, 16, 32],
                    help="comma-separated batch sizes (default 1,4,8,16,32)")
-    p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or 'auto' (default 4)")
+    p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or draft policies auto, confident (default 4)")
     p.add_argument("--max-new-tokens", type=positive_int, default=48, help="default %(default)s")
     p.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats (default %(default)s)")
     p.add_argument("--warmup", type=nonnegative_int, default=1,

@@ -10,12 +10,15 @@ import random
 import re
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
 from . import pairs
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
@@ -24,6 +27,17 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.f
 def positive_int(text: str) -> int:
     """argparse type: an int >= 1."""
     return _bounded_int(text, 1, "a positive integer")
+
+
+def draft_length(text: str):
+    """argparse type: ``-k``, an int >= 1 or a draft policy's name (Spec §4.2.2, §4.2.3)."""
+    from ..reference.draft_policy import POLICY_NAMES
+
+    if text in POLICY_NAMES:
+        return text
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a positive integer, 'auto' or 'confident', got {text}")
 
 
 def nonnegative_int(text: str) -> int:
@@ -83,9 +97,10 @@ def check_device(name: str) -> torch.device:
 
 def add_pair_arguments(parser: argparse.ArgumentParser, default: str = pairs.DEFAULT_PAIR) -> None:
     """Add ``--pair``, ``--device`` and ``--dtype`` (``batchspec models list`` shows the pairs)."""
+    shown = "the embedded byte-level pair, 'default'" if default == pairs.DEFAULT_PAIR else repr(default)
     parser.add_argument("--pair", choices=list(pairs.PAIRS), default=default, metavar="NAME",
                         help="model pair, one of: " + ", ".join(pairs.PAIRS) +
-                             " (default %(default)s; `batchspec models list` says which are available)")
+                             f" (if omitted: {shown}; `batchspec models list` says which are available here)")
     parser.add_argument("--device", type=device_name, default="cpu",
                         help="cpu, cuda, cuda:N or mps (default %(default)s)")
     parser.add_argument("--dtype", choices=list(DTYPES), default=None,
@@ -99,8 +114,8 @@ class LoadedPair:
 
     name: str
     description: str
-    target: object
-    draft: object
+    target: PreTrainedModel
+    draft: PreTrainedModel
     prompts: Callable[[int, int], list[list[int]]]  # (count, seed) -> token ids
     eos_token_id: int | list[int] | None
     decode: Callable[[list[int]], str] | None

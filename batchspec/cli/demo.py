@@ -24,7 +24,7 @@ from ..stats import PHASES, Stats
 from ..api import METHODS
 from ..validate import validate_sampling
 from . import sampled
-from .common import add_pair_arguments, load_pair, nonnegative_int, positive_int, progress
+from .common import add_pair_arguments, draft_length, load_pair, nonnegative_int, positive_int, progress
 from .errors import UsageError
 
 COLUMNS = ("exact: outputs identical to the baseline; tok/call: tokens per row per target call;\n"
@@ -33,12 +33,12 @@ COLUMNS = ("exact: outputs identical to the baseline; tok/call: tokens per row p
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="run EQSPEC and the autoregressive baseline, invariants on",
+    p = sub.add_parser("demo", help="EQSPEC against the autoregressive baseline, every invariant checked after every step",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pair_arguments(p)
     p.add_argument("--batch-size", type=positive_int, default=4, help="rows per batch B (default %(default)s)")
-    p.add_argument("-k", "--k", "--num-draft-tokens", dest="k", type=positive_int, default=4,
-                   help="draft tokens per round k (default %(default)s)")
+    p.add_argument("-k", "--k", "--num-draft-tokens", dest="k", type=draft_length, default=4,
+                   help="draft tokens per round k, or a draft policy: auto, confident (default %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int, default=48,
                    help="tokens to generate per prompt (default %(default)s)")
     p.add_argument("--prompts", type=positive_int, default=8, help="how many prompts (default %(default)s)")

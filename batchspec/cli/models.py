@@ -18,12 +18,14 @@ WIDTH = 100  # lines of `models list`, so that they read in a terminal and diff 
 
 
 def list_pairs(args) -> int:
-    """Print every pair, whether it is available here, and why (lines of at most :data:`WIDTH`)."""
+    """Print a header row, then every pair, whether it is available here, and why
+    (lines of at most :data:`WIDTH`)."""
     width = max(map(len, registry.PAIRS))
-    indent = " " * (width + 7)
+    indent = " " * (width + 8)
+    print(f"{'pair':<{width}}  here  {'kind':<8}  what it is; below it, where it is or how to get it")
     for name, entry in registry.PAIRS.items():
         available, reason = entry.check()
-        head = f"{name:<{width}}  {'yes' if available else 'no ':<3}  {entry.kind:<8}  "
+        head = f"{name:<{width}}  {'yes' if available else 'no':<4}  {entry.kind:<8}  "
         print(textwrap.fill(entry.description, WIDTH, initial_indent=head, subsequent_indent=" " * len(head)))
         for clause in reason.replace("; ", ";\n").replace(". ", ".\n").splitlines():  # one clause a line
             print(textwrap.fill(clause, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",

@@ -1,4 +1,4 @@
-"""Model pairs: tiny offline pairs for tests, and (see issue 6) trained and real pairs."""
+"""Model pairs: tiny offline pairs for tests, the embedded default pair, real pairs (:mod:`.registry` lists them)."""
 
 from .tiny import DRAFTS, FAMILIES, PAPER_FAMILIES, build, pair, perturb
 

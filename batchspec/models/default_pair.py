@@ -24,13 +24,16 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
+from .quiet import no_progress_bars
+
 DEFAULT_DIR = Path(__file__).parent / "default"
 HELD_OUT_SAMPLE_FILE = "held_out_sample.safetensors"
 
 
 def load_model(path: Path, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
     """Load one saved model folder in ``dtype``, with SDPA attention, in eval mode."""
-    model = LlamaForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    with no_progress_bars():
+        model = LlamaForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
     return model.eval()
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from ..reference import cache as kv
+from ..reference.model_call import run_forward
+from ..reference.storage import new_cache
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def per_call_ms(model: PreTrainedModel, prompt: torch.Tensor, new_tokens: int = 
                 repeats: int = 3) -> float:
     """Median wall time (ms) of one cached forward call at batch 1.
 
-    ``prompt`` ([1, P] ids) is prefilled into a fresh cache (``batchspec.reference.cache``); then
+    ``prompt`` ([1, P] ids) is prefilled into a fresh cache (``batchspec.reference.storage``); then
     ``calls`` forward calls each feed ``new_tokens`` ids (1 for a decoding step,
     ``k + 1`` for a verification step) on top of the growing cache. The median
     over all timed calls of ``repeats`` runs is returned, which ignores the odd
@@ -66,14 +67,14 @@ def per_call_ms(model: PreTrainedModel, prompt: torch.Tensor, new_tokens: int = 
     times = []
     step = torch.full((1, new_tokens), 32, dtype=torch.long)  # [1, new_tokens] spaces
     for _ in range(repeats):
-        cache = kv.new_cache(model)
+        cache = new_cache(model)
         length = prompt.shape[1]
-        kv.run_forward(model, cache, prompt, torch.ones_like(prompt), torch.arange(length)[None], 1)
+        run_forward(model, cache, prompt, torch.ones_like(prompt), torch.arange(length)[None], 1)
         for i in range(calls + 2):
             positions = torch.arange(length, length + new_tokens)[None]  # [1, new_tokens]
             mask = torch.ones((1, length + new_tokens), dtype=torch.long)
             start = time.perf_counter()
-            kv.run_forward(model, cache, step, mask, positions, 1)
+            run_forward(model, cache, step, mask, positions, 1)
             length += new_tokens
             if i >= 2:  # the first calls warm allocator and kernels
                 times.append(time.perf_counter() - start)

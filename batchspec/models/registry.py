@@ -22,11 +22,20 @@ pair), or ``None`` for the random tiny pairs, whose tokens mean nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 
-from . import fetch, presets
+from . import default_pair, fetch, presets
+from .quiet import no_progress_bars
+
+
+class Tokenizer(Protocol):
+    """What :func:`load_pair` gives as a pair's tokenizer: text to token ids and back."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -51,22 +60,12 @@ def _tiny(family: str) -> PairEntry:
                      load, lambda: (True, "built offline from a seed"))
 
 
-def _default_module():
-    from . import default_pair  # written by issue 6's embedded-pair work; may be absent
-
-    return default_pair
-
-
 def _check_default() -> tuple[bool, str]:
-    try:
-        module = _default_module()
-    except ImportError as error:
-        return False, f"not available: batchspec.models.default_pair cannot be imported ({error})"
     missing = [f"{role}/config.json" for role in ("target", "draft")
-               if not (module.DEFAULT_DIR / role / "config.json").is_file()]
+               if not (default_pair.DEFAULT_DIR / role / "config.json").is_file()]
     if missing:
-        return False, f"not available: weights missing in {module.DEFAULT_DIR} ({', '.join(missing)})"
-    return True, f"embedded in the package ({module.DEFAULT_DIR})"
+        return False, f"not available: weights missing in {default_pair.DEFAULT_DIR} ({', '.join(missing)})"
+    return True, f"embedded in the package ({default_pair.DEFAULT_DIR})"
 
 
 def _load_default(dtype, device, allow_download):
@@ -75,7 +74,7 @@ def _load_default(dtype, device, allow_download):
         raise FileNotFoundError(f"pair 'default' is {reason}")
     from . import bytes as byte_codec
 
-    target, draft = _default_module().load_default_pair(dtype=dtype or torch.float32)
+    target, draft = default_pair.load_default_pair(dtype=dtype or torch.float32)
     return target.to(device), draft.to(device), byte_codec
 
 
@@ -137,5 +136,7 @@ def load_pair(name: str, dtype: torch.dtype | None = None, device="cpu", allow_d
     ``dtype=None`` takes the pair's own default (float64 for the tiny pairs,
     float32 for the others on CPU, float16 for the paper's pairs on CUDA).
     Only the paper's pairs can download, and only with ``allow_download=True``.
+    Loading draws no progress bars (:mod:`batchspec.models.quiet`).
     """
-    return _entry(name).load(dtype, device, allow_download)
+    with no_progress_bars():
+        return _entry(name).load(dtype, device, allow_download)

@@ -191,7 +191,7 @@ def cache_cells(step: dict, model: str = "target") -> Cells:
 def shift_arrows(before: dict, after: dict, model: str = "target") -> list[tuple[int, int, int, int, int]]:
     """``(row_before, slot_before, row_after, slot_after, δ)`` for every content slot
     of ``after`` whose key came from a different slot or row of ``before``
-    (the realignment gather, Spec §4.5), read from the recorded provenance."""
+    (the realignment, Spec §4.5), read from the recorded provenance."""
     rows_before = {r: i for i, r in enumerate(before["observation"]["requests"])}
     obs = after["observation"]
     out = []

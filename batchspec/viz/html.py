@@ -46,13 +46,13 @@ def _load(trace):
 
 
 def compact(trace, label: str) -> dict:
-    """The trace as the page embeds it: every step, minus the cache key fingerprints
+    """The trace as the page embeds it: every step, minus the cache keys' layer-0 sums
     (the recorder already turned them into each slot's provenance, ``source``)."""
     steps = []
     for step in trace.steps:
         obs = step["observation"]
         if obs is not None:
-            caches = {m: {k: v for k, v in c.items() if k != "fingerprint"} for m, c in obs["caches"].items()}
+            caches = {m: {k: v for k, v in c.items() if k != "layer0_sum"} for m, c in obs["caches"].items()}
             step = {**step, "observation": {**obs, "caches": caches}}
         steps.append(step)
     return {"label": label, "header": trace.header, "steps": steps, "result": trace.result}

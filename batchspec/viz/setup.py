@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..models import registry
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 #: Prompts for a pair with a real tokenizer (the default and tiny pairs bring their own).
 CODE_PROMPTS = ["def fibonacci(n):\n    ", "import os\n\nfor name in os.listdir(", "class Stack:\n    def push(self, x):",
@@ -52,9 +56,9 @@ class TutorialSetup:
     device: str
     requested_device: str
     dtype: torch.dtype
-    target: object
-    draft: object
-    tokenizer: object | None
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    tokenizer: registry.Tokenizer | None
     eos_token_id: int | None
     note: str
 
@@ -85,19 +89,23 @@ def _device_problem(device: str) -> str | None:
     return None
 
 
-def tutorial_setup(dtype: torch.dtype = torch.float64, pair: str | None = None, device: str | None = None,
-                   fallback: str = "default", quiet: bool = False) -> TutorialSetup:
-    """Load the tutorial's pair on its device (environment variables unless given).
+def asked_for(pair: str | None = None, device: str | None = None) -> tuple[str, str]:
+    """``(pair, device)`` asked for: the arguments, else ``BATCHSPEC_TUTORIAL_PAIR`` and
+    ``BATCHSPEC_TUTORIAL_DEVICE``, else the default pair on CPU."""
+    return (pair or os.environ.get("BATCHSPEC_TUTORIAL_PAIR") or "default",
+            device or os.environ.get("BATCHSPEC_TUTORIAL_DEVICE") or "cpu")
 
-    float64 by default: the tutorials' exactness claims are claims about the
-    algorithm, which float64 keeps free of rounding ties (Spec §5.2).
-    Prints one line saying what runs (unless ``quiet``).
+
+def chosen_pair(pair: str | None = None, device: str | None = None, fallback: str = "default"
+                ) -> tuple[str, str, list[str]]:
+    """``(pair, device, problems)`` a tutorial runs on: what was asked (:func:`asked_for`)
+    when it is available here, else ``fallback`` on CPU, with the reasons in ``problems``.
+
+    Only the arguments and the environment choose: a real pair that happens to
+    be fetched or cached here is never taken unasked, so the test suite and the
+    docs build run on the pair they were told to use.
     """
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()  # weight-loading bars would fill the notebook's first output
-    asked_pair = pair or os.environ.get("BATCHSPEC_TUTORIAL_PAIR", "default")
-    asked_device = device or os.environ.get("BATCHSPEC_TUTORIAL_DEVICE", "cpu")
+    asked_pair, asked_device = asked_for(pair, device)
     problems = []
     if asked_pair not in registry.PAIRS:
         problems.append(f"pair {asked_pair!r} is unknown (known: {', '.join(registry.PAIRS)})")
@@ -109,7 +117,20 @@ def tutorial_setup(dtype: torch.dtype = torch.float64, pair: str | None = None, 
     if problem:
         problems.append(problem)
     run_pair = fallback if problems and any("pair" in p for p in problems) else asked_pair
-    run_device = "cpu" if problem else asked_device
+    return run_pair, "cpu" if problem else asked_device, problems
+
+
+def tutorial_setup(dtype: torch.dtype = torch.float64, pair: str | None = None, device: str | None = None,
+                   fallback: str = "default", quiet: bool = False) -> TutorialSetup:
+    """Load the tutorial's pair on its device (:func:`chosen_pair`: the arguments, else
+    the environment variables, else the default pair on CPU).
+
+    float64 by default: the tutorials' exactness claims are claims about the
+    algorithm, which float64 keeps free of rounding ties (Spec §5.2).
+    Prints one line saying what runs (unless ``quiet``).
+    """
+    asked_pair, asked_device = asked_for(pair, device)
+    run_pair, run_device, problems = chosen_pair(asked_pair, asked_device, fallback)
     target, draft, tokenizer = registry.load_pair(run_pair, dtype=dtype, device=run_device)
     eos = None
     if run_pair == "default":

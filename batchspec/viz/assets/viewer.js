@@ -1,5 +1,5 @@
 // The step-through viewer: draws a recorded trace (batchspec.trace, JSON lines
-// format version 1) step by step. Vanilla JS, no network: the traces sit in the
+// format version 2) step by step. Vanilla JS, no network: the traces sit in the
 // page as JSON, in the script element of class bsv-data.
 //
 // One shared timeline drives every pane, so two methods run on the same
