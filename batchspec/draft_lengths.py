@@ -19,7 +19,7 @@ import sys
 import torch
 
 from .driver import clock
-from .reference.draft_policy import AUTO_MAX_K, POLICY_NAMES, AutoK, Confident, Costs
+from .reference.draft_policy import AUTO_MAX_K, AutoK, Confident, Costs
 from .reference.model_call import run_forward
 from .reference.moves import crop_to
 from .reference.state import attention_mask, content_index
@@ -35,8 +35,8 @@ def resolve_draft_policy(models, num_draft_tokens, batch_size: int):
     Plain decoding (``models.draft is None``) takes ``k = 0``. A policy
     object given by the caller is used as it is (its state is per run:
     pass a new one to each call)."""
-    if isinstance(num_draft_tokens, int) or models.draft is None and num_draft_tokens in POLICY_NAMES:
-        return num_draft_tokens if models.draft is not None else 0
+    if models.draft is None:
+        return 0
     if num_draft_tokens == "auto":
         return AutoK(calibrate(models.target, models.draft, batch_size))
     if num_draft_tokens == "confident":

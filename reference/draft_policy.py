@@ -168,7 +168,9 @@ def draft_length(k, batch: int) -> int:
 
 
 def largest_k(k) -> int:
-    """The most drafts a round of ``k`` (an int or a policy) may propose."""
+    """The most drafts a round of ``k`` (an int, a policy, or a policy's name) may propose."""
+    if isinstance(k, str):
+        return {"auto": AUTO_MAX_K, "confident": Confident.k_max}[k]
     return k if isinstance(k, int) else k.k_max
 
 

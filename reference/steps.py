@@ -51,10 +51,13 @@ class Round:
     def uncached(self, state: BatchState, cache) -> tuple[torch.Tensor, int]:
         """``(inputs [B, n], t)``: the slots of the grid, then of the drafts so far,
         that ``cache`` does not hold yet, and ``t``, how many it holds (Spec §4.2).
-        Mid-round that is the newest token or the last draft; in the first round
-        of EQSPEC, whose prefill fed nothing (Spec §4.1), the whole prompt too."""
+        Mid-round that is the newest token or the last draft; after a prefill
+        that fed nothing (Spec §4.1), the whole prompt too. Only the tail is
+        copied: this runs on every call of the round loop."""
         t = storage.cache_length(cache)
-        return torch.cat([state.tokens, self.drafts], dim=1)[:, t:], t
+        if t >= state.width:  # past the grid: drafts only
+            return self.drafts[:, t - state.width:], t
+        return torch.cat([state.tokens[:, t:], self.drafts], dim=1), t
 
     def stop_at(self, k: int) -> None:
         """End drafting after ``k`` drafts (a policy stopped early, Spec §4.2.3):

@@ -14,7 +14,7 @@ import torch
 import batchspec
 
 from ..driver import clock
-from ..reference.draft_policy import AutoK, Confident, Costs, largest_k
+from ..reference.draft_policy import largest_k
 from ..testing import reference_greedy
 from . import peers
 from .costs import measure_costs, measure_prefill, median_costs, median_prefill
@@ -204,15 +204,10 @@ def _costs(pair, plan: Plan, pool):
     a typical row mid-decode."""
     if pair.draft is None:
         return None
-    k_max = max(largest_k(resolve_policy_name(k)) for k in plan.ks)
+    k_max = max(largest_k(k) for k in plan.ks)
     context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
     tokens = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 13, k_max + 1) if n <= k_max + 1})  # the rest interpolate
     return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=tokens, repeats=COST_REPEATS)
-
-
-def resolve_policy_name(k):
-    """``k`` of the plan as a policy object for its cap (a name), or the int."""
-    return {"auto": AutoK(Costs({}, {})), "confident": Confident()}.get(k, k) if isinstance(k, str) else k
 
 
 def _prefill(pair, plan: Plan, pool, cells) -> dict:
