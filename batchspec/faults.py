@@ -25,9 +25,9 @@ from .reference import acceptance
 from .reference.acceptance import Verdict
 from .reference.eqspec import STEPS, Steps, decode
 from .reference.moves import take_slots
-from .reference.state import FILLER, attention_mask
+from .reference.state import FILLER
 from .reference.storage import cache_length
-from .reference.steps import forward, unpad_append_repad
+from .reference.steps import unpad_append_repad
 
 
 @dataclass(frozen=True)
@@ -43,31 +43,23 @@ class Fault:
 
 # --- position counter advanced by one (transformers #30042) --------------------------------
 
-def _counted(state, offset: int, n: int) -> torch.Tensor:
-    """Positions ``[B, n]`` from a per-row counter that started right after the
-    prompt and was advanced by one per round, not by ``a_i``."""
-    start = state.prompt_length - 1 + (state.round - 1) + offset  # [B]
-    return start[:, None] + torch.arange(n, device=start.device)[None, :]
+def _drift(state) -> torch.Tensor:
+    """``[B, 1]``: how far a per-row counter that started right after the prompt
+    and was advanced by one per round, not by ``a_i``, is off the committed
+    stream's positions; 0 in round 1, so the prompt's slots stay right."""
+    return ((state.round - 1) - (state.length - state.prompt_length))[:, None]
 
 
-def _draft_one_counted(models, state, rnd, calls):
-    j = rnd.drafts.shape[1]
-    fed = state.tokens[:, -1:] if j == 0 else rnd.drafts[:, -1:]  # [B, 1]
-    logits = forward(models.draft, "draft", state.draft_cache, calls, fed,
-                     attention_mask(state.pad, state.width + j), _counted(state, j, 1), keep=1)
-    rnd.draft_logits.append(logits[:, -1])
-    rnd.drafts = torch.cat([rnd.drafts, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-
-
-def _verify_counted(models, state, rnd, calls):
-    fed = torch.cat([state.tokens[:, -1:], rnd.drafts], dim=1)  # [B, k'+1]
-    return forward(models.target, "target", state.target_cache, calls, fed,
-                   attention_mask(state.pad, state.width + rnd.k), _counted(state, 0, rnd.k + 1))
-
-
-def _catch_up_counted(models, state, rnd, calls):
-    forward(models.draft, "draft", state.draft_cache, calls, rnd.drafts[:, -1:],
-            attention_mask(state.pad, state.width + rnd.k), _counted(state, rnd.k, 1), keep=1)
+def _counted(step):
+    """``step`` (a draft, verify or catch-up call) fed the counter's positions."""
+    def faulty(models, state, rnd, calls):
+        mask, positions = rnd.frame(state)  # [B, L + k'] each
+        rnd.positions = positions + _drift(state)
+        try:
+            return step(models, state, rnd, calls)
+        finally:
+            rnd.positions = positions
+    return faulty
 
 
 # --- realignment faults (Spec §4.5) ---------------------------------------------------------
@@ -154,7 +146,8 @@ def _accept_draft_bonus(drafts, target_logits) -> Verdict:
 
 CATALOGUE: dict[str, Fault] = {f.name: f for f in (
     Fault("position_counter", "transformers #30042: cache position advanced by one, not by the accepted count",
-          replace(STEPS, draft_one=_draft_one_counted, verify=_verify_counted, catch_up=_catch_up_counted),
+          replace(STEPS, draft_one=_counted(STEPS.draft_one), verify=_counted(STEPS.verify),
+                  catch_up=_counted(STEPS.catch_up)),
           "I2 at the first call after a round that committed more than one token"),
     Fault("shared_offset", "mlx-vlm #1155: one cache offset advanced by the whole draft block for every row",
           replace(STEPS, unpad_append_repad=_append_shared_offset),

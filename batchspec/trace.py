@@ -201,7 +201,8 @@ class Recorder:
     def _cache(self, model, view, obs, requests) -> dict:
         """Layer-0 sums and provenance of every slot of one model's cache."""
         if not view.layers:
-            return {"length": 0, "layer0_sum": [], "token": [], "position": [], "source": []}
+            empty = {name: [[] for _ in requests] for name in ("layer0_sum", "token", "position", "source")}
+            return {"length": 0, **empty}  # [B][0]: nothing fed yet (EQSPEC's prefill, Spec §4.1)
         sums = layer0_sums(view.layers[0][0])  # [B][T]
         written = _written(obs.calls, model)
         rows, seen = {name: [] for name in ("token", "position", "source")}, {}

@@ -130,8 +130,7 @@ class Watch:
                 call = self._call(name, args, kwargs, t, output.logits)
                 self.calls += 1
                 self._correct(name, call, cache)
-                if self.grid is not None or call.cache_length == 0:
-                    self._record(name, call, cache)
+                self._record(name, call, cache)
             finally:
                 self.check_seconds += time.perf_counter() - start
         return hook
@@ -191,7 +190,7 @@ class Watch:
         b, n = ids.shape
         mask = kwargs.get("attention_mask")
         mask = torch.ones((b, t + n), dtype=torch.long, device=ids.device) if mask is None else mask
-        if mask.dim() == 4:  # what the attention reads, as batchspec's own decoders pass it after prefill
+        if mask.dim() == 4:  # what the attention reads, as batchspec's own decoders pass it over a non-empty cache
             mask = key_mask(mask, name, self.memo)
         positions = kwargs.get("position_ids")
         if positions is None:  # what the model uses then: the cache slots' indices
@@ -201,8 +200,10 @@ class Watch:
     # --- steps ------------------------------------------------------------------------------
 
     def _record(self, name: str, call: ForwardCall, cache) -> None:
-        """The layout checks (I1-I8), once boundary() has described the grid."""
-        if self.grid is None or call.cache_length == 0:
+        """The layout checks (I1-I8), once boundary() has described the grid. A
+        call over an empty cache after it is a round's (the prefill fed
+        nothing, Spec §4.1): it feeds the grid before the newest token."""
+        if self.grid is None:
             # fingerprinted at the boundary, once the rows' requests are known (no prefill check reads logits)
             self.prefill.append(replace(call, logits=None))
             return
@@ -217,18 +218,24 @@ class Watch:
         if name == "draft":
             if self.drafts is None:
                 self.drafts = call.input_ids.new_zeros((call.input_ids.shape[0], 0))
-            slot = call.cache_length - (self.grid[0].shape[1] - 1)  # drafts already fed
+            slot = self._drafts_fed(call)  # its last input: the newest token (0) or draft slot - 1
             if not self.verified and 0 < slot <= self.drafts.shape[1]:
-                self._greedy(call.input_ids[:, :1], self.drafts[:, slot - 1: slot], "draft")
+                self._greedy(call.input_ids[:, -1:], self.drafts[:, slot - 1: slot], "draft")
             if not self.verified and slot == self.drafts.shape[1]:
                 self.drafts = torch.cat([self.drafts, call.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
             self._check("draft", [call], None)
         else:
             self.verified = True
             if self.drafts is not None:  # a catch-up call before verification proposed one too many
-                self.drafts = self.drafts[:, : max(call.input_ids.shape[1] - 1, 0)]
-                self._greedy(call.input_ids[:, 1:], self.drafts, "target")
+                k = max(self._drafts_fed(call), 0)
+                self.drafts = self.drafts[:, :k]
+                self._greedy(call.input_ids[:, call.input_ids.shape[1] - k:], self.drafts, "target")
             self._check("verify", [call], self._committed(call))
+
+    def _drafts_fed(self, call: ForwardCall) -> int:
+        """How many of the round's drafts ``call`` fed, the grid's ``L`` slots
+        first: its inputs end at slot ``T + n - 1``."""
+        return call.cache_length + call.input_ids.shape[1] - self.grid[0].shape[1]
 
     @staticmethod
     def _greedy(fed, drafts, name) -> None:
@@ -249,10 +256,11 @@ class Watch:
     def _committed(self, call: ForwardCall) -> list | None:
         """Greedy acceptance on what the target really returned: the drafts it
         fed that match its own choice, then its choice (Spec §4.3.1)."""
-        if call.logits is None or call.logits.shape[1] != call.input_ids.shape[1]:
+        k = max(self._drafts_fed(call), 0)  # the inputs from the newest token on: k' + 1
+        if call.logits is None or call.logits.shape[1] < k + 1:
             return None  # I5 reports the missing logits
-        choice = call.logits.argmax(-1)  # [B, n]
-        agree = (call.input_ids[:, 1:] == choice[:, :-1]).long().cumprod(1).sum(1)  # [B] m_i
+        fed, choice = call.input_ids[:, -(k + 1):], call.logits[:, -(k + 1):].argmax(-1)  # [B, k'+1] each
+        agree = (fed[:, 1:] == choice[:, :-1]).long().cumprod(1).sum(1)  # [B] m_i
         return [choice[i, : int(m) + 1].tolist() for i, m in enumerate(agree)]
 
     def boundary(self, tokens, mask, requests=None, target_cache=None, draft_cache=None) -> None:
@@ -269,9 +277,10 @@ class Watch:
         for name, cache in (("target", target_cache), ("draft", draft_cache)):
             if cache is not None:
                 self.caches[name] = cache
+        step = "prefill" if self.grid is None else "align"  # a prefill may feed nothing (Spec §4.1)
         self.grid = (tokens, mask, list(requests))
         calls, self.prefill, self.drafts, self.verified = self.prefill, [], None, False
-        self._check("prefill" if calls else "align", calls, None)
+        self._check(step, calls, None)
         self.round += 1
 
     def _check(self, step: str, calls: list, committed) -> None:

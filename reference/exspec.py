@@ -78,7 +78,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     # 1. Queued prompts enter the window: one left-padded prefill, then one member per row (Spec §4.1, §8.1).
     if entering:
         calls: list = []
-        state = steps.prefill(models, [p for _, p in entering], [r for r, _ in entering], calls)
+        state = steps.prefill(models, [p for _, p in entering], [r for r, _ in entering], calls, fill=True)
         state.round = pool.round
         yield Event("other", "prefill", state, calls)
         pool.window += steps.release(state, state.tokens, state.length.tolist(), list(range(state.batch)))

@@ -44,7 +44,8 @@ def run_forward(model, cache, input_ids, attention_mask, position_ids, logits_to
 
     ``input_ids``/``position_ids``: ``[B, n]``; ``attention_mask``: ``[B, T + n]``
     over cache slots then inputs, given to the model as :func:`expanded_mask`
-    after the prefill. Returns logits ``[B, n or logits_to_keep, V]``.
+    over a non-empty cache (a call that feeds the prompt, padding included,
+    keeps transformers' own construction). Returns logits ``[B, n or logits_to_keep, V]``.
     """
     if cache_length(cache):
         attention_mask = expanded_mask(attention_mask, input_ids.shape[1])

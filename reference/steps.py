@@ -51,9 +51,9 @@ class Round:
     def uncached(self, state: BatchState, cache) -> tuple[torch.Tensor, int]:
         """``(inputs [B, n], t)``: the slots of the grid, then of the drafts so far,
         that ``cache`` does not hold yet, and ``t``, how many it holds (Spec §4.2).
-        Mid-round that is the newest token or the last draft; after a prefill
-        that fed nothing (Spec §4.1), the whole prompt too. Only the tail is
-        copied: this runs on every call of the round loop."""
+        Mid-round that is the newest token or the last draft; in the first
+        round (the prefill fed nothing, Spec §4.1), the whole prompt too. Only
+        the tail is copied: this runs on every call of the round loop."""
         t = storage.cache_length(cache)
         if t >= state.width:  # past the grid: drafts only
             return self.drafts[:, t - state.width:], t
@@ -100,12 +100,13 @@ def forward(model, name: str, cache, calls: list, input_ids, mask, positions, ke
 
 
 def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls: list,
-            room: int = 0, fill: bool = True) -> BatchState:
-    """Left-pad the prompts into the grid; with ``fill`` (EXSPEC, whose rows join
-    rows mid-decode) also fill both caches with slots ``0 .. L-2`` (Spec §4.1).
-    Without it the caches stay empty and the first round's calls feed the
-    prompt with their own inputs: the target's first token comes from the call
-    that verifies the first drafts, as transformers' own prefill gives it.
+            room: int = 0, fill: bool = False) -> BatchState:
+    """Left-pad the prompts into the grid and feed nothing (Spec §4.1): the caches
+    stay empty and the first round's calls feed the prompt with their own
+    inputs, so the target's first token comes from the call that verifies the
+    first drafts, as in transformers' ``generate`` (no call spent on the prefill).
+    ``fill`` (EXSPEC, whose rows join other batches mid-decode, Spec §8.4)
+    also fills both caches with slots ``0 .. L-2``.
 
     ``room``: cache slots to reserve beyond ``L``. EQSPEC reserves
     max_new_tokens: a round holds at most ``L + k'`` slots, and ``L + k' <=
@@ -129,7 +130,7 @@ def prefill(models: Models, prompts: list[list[int]], requests: list[int], calls
 
 def draft_one(models: Models, state: BatchState, rnd: Round, calls: list) -> None:
     """Draft one more token: feed what the draft cache lacks, the newest token or
-    the previous draft (the whole prompt first, after a prefill that fed nothing) (Spec §4.2)."""
+    the previous draft (the whole prompt first, in the first round: Spec §4.1) (Spec §4.2)."""
     j = rnd.drafts.shape[1]  # drafts so far
     fed, t = rnd.uncached(state, state.draft_cache)  # [B, L + j - t]
     mask, positions = rnd.frame(state)  # [B, L + k'] each
@@ -141,7 +142,7 @@ def draft_one(models: Models, state: BatchState, rnd: Round, calls: list) -> Non
 
 def verify(models: Models, state: BatchState, rnd: Round, calls: list) -> torch.Tensor:
     """One target pass over ``[newest token] + drafts``, after whatever of the grid
-    the target cache lacks (the prompt, after a prefill that fed nothing); logits
+    the target cache lacks (the prompt, in the first round: Spec §4.1); logits
     ``[B, k'+1, V]``, the target's choice after the newest token and after each draft (Spec §4.3)."""
     fed, t = rnd.uncached(state, state.target_cache)  # [B, L + k' - t]
     mask, positions = rnd.frame(state)  # [B, L + k'] each

@@ -108,7 +108,8 @@ def test_batchspec_methods_are_silent(method):
                                      check_invariants=False, **k).sequences
     out, w = checked(target, draft, run, WITH_PAD_ID)
     assert out == reference("qwen3", WITH_PAD_ID)
-    assert w.violations == [] and w.calls > 10 and w.outputs_checked == len(WITH_PAD_ID)
+    assert w.violations == [] and w.outputs_checked == len(WITH_PAD_ID)
+    assert w.calls == N if draft is None else w.calls > N  # autoregressive: one call per token (Spec §4.8)
 
 
 @pytest.mark.parametrize("family", sorted(tiny.FAMILIES))
@@ -244,7 +245,7 @@ def test_lazy_labels_stay_a_bounded_chain_over_a_long_run():
         out = batchspec.generate(target, None, WITH_PAD_ID[:2], method="autoregressive", max_new_tokens=3 * DEPTH,
                                  check_invariants=False).sequences
         w.outputs(WITH_PAD_ID[:2], out, max_new_tokens=3 * DEPTH)
-    assert w.violations == [] and w.calls > 3 * DEPTH
+    assert w.violations == [] and w.calls == 3 * DEPTH  # one call per token (Spec §4.8)
     chains, links = w.history.carried["target"], 0
     while chains._source is not None:
         chains, links = chains._source[0], links + 1

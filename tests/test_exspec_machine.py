@@ -50,9 +50,9 @@ def continuation(prompt: list[int]) -> list[int]:
 def following(steps):
     """``steps`` that name each row's request to the scripted draft before every call to it."""
 
-    def prefill(models, prompts, requests, calls):
+    def prefill(models, prompts, requests, calls, **options):  # EXSPEC's fill=True (Spec §8.4)
         models.draft.follow(requests)
-        return steps.prefill(models, prompts, requests, calls)
+        return steps.prefill(models, prompts, requests, calls, **options)
 
     def draft_one(models, state, rnd, calls):
         models.draft.follow(state.requests)

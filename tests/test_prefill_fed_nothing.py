@@ -1,29 +1,36 @@
-"""A prefill that feeds nothing (Spec §4.1, ``fill=False``): every call feeds the
-slots its cache lacks, so the first draft call and the first verification feed
-the prompt themselves. Exact, one target call per token at batch 1 (as
-``generate``), every layout invariant silent; and I4 fires when such a call
-feeds a committed slot wrongly."""
+"""EQSPEC's prefill feeds nothing (Spec §4.1): every call feeds the slots its
+cache lacks, so the first draft call and the first verification feed the
+prompt themselves. Exact, one target call per token at batch 1 (as
+``generate``), every layout invariant silent, also under ``watch``'s layout
+level; I4 fires when such a call feeds a committed slot wrongly. The filling
+prefill that EXSPEC keeps (``fill=True``) is exact and silent too."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import pytest
 import torch
 
-from batchspec.driver import drive
-from batchspec.invariants import InvariantViolation
-from batchspec.reference import Models
-from batchspec.reference.eqspec import STEPS, decode
-from batchspec.reference.steps import draft_one, prefill
-from batchspec.reference.storage import cache_length
-from batchspec.stats import Stats
-from batchspec.testing import random_prompts
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
+from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
+
+from batchspec.driver import drive  # noqa: E402
+from batchspec.invariants import InvariantViolation, watch  # noqa: E402
+from batchspec.reference import Models  # noqa: E402
+from batchspec.reference.eqspec import STEPS, decode  # noqa: E402
+from batchspec.reference.state import attention_mask  # noqa: E402
+from batchspec.reference.steps import draft_one, prefill  # noqa: E402
+from batchspec.reference.storage import cache_length  # noqa: E402
+from batchspec.stats import Stats  # noqa: E402
+from batchspec.testing import random_prompts  # noqa: E402
 
 PROMPTS = random_prompts(seed=3, count=4, low=2, high=12)
 NEW = 8
-LAZY = replace(STEPS, prefill=partial(prefill, fill=False))
+FILLED = replace(STEPS, prefill=partial(prefill, fill=True))  # EXSPEC's prefill (Spec §8.4)
 
 
 def run(models, steps, k, batch):
@@ -42,30 +49,60 @@ def run(models, steps, k, batch):
 
 
 @pytest.mark.parametrize("draft", [True, False])
-def test_a_prefill_that_feeds_nothing_is_exact_silent_and_makes_no_extra_call(pairs, greedy_reference, draft):
+def test_the_default_prefill_is_exact_silent_and_makes_no_extra_call(pairs, greedy_reference, draft):
     target, drafter = pairs("qwen3", "perturbed")
     models = Models(target, drafter if draft else None)
     k = 3 if draft else 0
-    lazy, lazy_calls = run(models, LAZY, k, batch=1)
-    filled, filled_calls = run(models, STEPS, k, batch=1)
+    lazy, lazy_calls = run(models, STEPS, k, batch=1)
+    filled, filled_calls = run(models, FILLED, k, batch=1)
     assert lazy == filled == [greedy_reference(target, p, NEW) for p in PROMPTS]
     assert lazy_calls == filled_calls - len(PROMPTS)  # one prefill call fewer per request
     if not draft:
         assert lazy_calls == len(PROMPTS) * NEW  # as generate: the first token from the prompt's logits
-    assert run(models, LAZY, k, batch=3)[0] == lazy  # ragged batches too
+    assert run(models, STEPS, k, batch=3)[0] == lazy  # ragged batches too
+    assert run(models, FILLED, k, batch=3)[0] == lazy
+
+
+def corrupt_first(models, state, rnd, calls):
+    """Feed the prompt with its second-newest token changed (the grid itself untouched)."""
+    if cache_length(state.draft_cache) == 0:  # the call that feeds the prompt
+        tokens = state.tokens.clone()
+        tokens[:, -2] = (tokens[:, -2] + 1) % 50 + 2
+        return draft_one(models, replace(state, tokens=tokens), rnd, calls)
+    return draft_one(models, state, rnd, calls)
 
 
 def test_i4_fires_on_a_first_call_that_feeds_a_wrong_prompt_token(pairs):
     target, drafter = pairs("qwen3", "perturbed")
-
-    def corrupt_first(models, state, rnd, calls):
-        """Feed the prompt with its second-newest token changed (the grid itself untouched)."""
-        if cache_length(state.draft_cache) == 0:  # the call that feeds the prompt
-            tokens = state.tokens.clone()
-            tokens[:, -2] = (tokens[:, -2] + 1) % 50 + 2
-            return draft_one(models, replace(state, tokens=tokens), rnd, calls)
-        return draft_one(models, state, rnd, calls)
-
-    steps = replace(LAZY, draft_one=corrupt_first)
+    steps = replace(STEPS, draft_one=corrupt_first)
     with pytest.raises(InvariantViolation, match="does not feed the committed slots after them"):
         run(Models(target, drafter), steps, 2, batch=2)
+
+
+def watched(steps):
+    """EQSPEC under ``watch``, its grid described by ``boundary()`` after the prefill and each realignment."""
+    target, draft = pair("qwen3")
+    with watch(target=target, draft=draft, check="record") as w:
+        decoder, steps_seen = decode(Models(target, draft), WITH_PAD_ID, list(range(len(WITH_PAD_ID))), K, N,
+                                     None, steps), 0
+        try:
+            while True:
+                event = next(decoder)
+                steps_seen += event.step != "finish"
+                if event.step in ("prefill", "align"):
+                    s = event.state
+                    w.boundary(s.tokens, attention_mask(s.pad, s.width), s.requests)
+        except StopIteration as stop:
+            out = [stop.value[r].tokens for r in range(len(WITH_PAD_ID))]
+    return out, w, steps_seen
+
+
+def test_watch_checks_the_first_round_of_a_prefill_that_fed_nothing():
+    """The first round's calls, over empty caches, are that round's draft and verify
+    steps (one layout step per step of the decoder), not a prefill's."""
+    out, w, steps_seen = watched(STEPS)
+    assert out == reference("qwen3", WITH_PAD_ID) and w.violations == [], w.report()
+    assert w.steps == steps_seen
+    _, w, _ = watched(replace(STEPS, draft_one=corrupt_first))
+    first = w.violations[0]
+    assert (first.invariant, first.round, first.step, first.model) == ("I4", 1, "draft", "draft"), w.report()

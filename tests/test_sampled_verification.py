@@ -7,7 +7,6 @@ import copy
 from dataclasses import replace
 
 import pytest
-import torch
 
 import batchspec
 from batchspec.distribution import controls
@@ -17,8 +16,7 @@ from batchspec.invariants.verification import greedy_verification
 from batchspec.reference import Models, acceptance, decode, observation
 from batchspec.reference.eqspec import STEPS
 from batchspec.reference.sampling import Sampler, Warping
-from batchspec.reference.steps import forward
-from batchspec.reference.state import attention_mask, content_index
+from batchspec.reference.steps import draft_one
 from batchspec.testing import random_prompts
 
 PROMPTS = random_prompts(seed=5, count=4, low=2, high=12)
@@ -87,12 +85,11 @@ def test_fires_on_the_bonus_from_the_draft(pairs):
 
 def _greedy_draft_one(models, state, rnd, calls):
     """A draft step that proposes the argmax under sampling (transformers #30778)."""
-    j = rnd.drafts.shape[1]
-    fed = state.tokens[:, -1:] if j == 0 else rnd.drafts[:, -1:]
-    logits = forward(models.draft, "draft", state.draft_cache, calls, fed, attention_mask(state.pad, state.width + j),
-                     content_index(state.pad, state.width - 1 + j, state.width + j), keep=1)
-    rnd.draft_logits.append(logits[:, -1])
-    rnd.drafts = torch.cat([rnd.drafts, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    sampler, rnd.sampler = rnd.sampler, None  # the greedy proposal, on the same call
+    try:
+        draft_one(models, state, rnd, calls)
+    finally:
+        rnd.sampler = sampler
 
 
 def test_fires_on_a_greedy_draft(pairs):

@@ -37,10 +37,15 @@ recorded = trace.record(
 #
 # Four prompts of lengths 6 to 15, left-padded into one grid of width `L = 15`.
 # Row `i` has `p_i` padding slots, then `c_i` content tokens: `p_i + c_i = L`
-# (invariant I1). Each cache holds slots `0 .. L-2`; the newest token of every
-# row has no key/value yet and leads the next call (Spec §2.3).
+# (invariant I1). The prefill makes no call: both caches are still empty
+# (Spec §4.1). Round 1's first draft call feeds the whole prompt, and its
+# verification feeds the prompt and the drafts, so the target's first token
+# comes from the call that verifies the first drafts, as in transformers'
+# `generate`. From then on each cache holds slots `0 .. L-2` at every round
+# boundary; the newest token of every row leads the next call (Spec §2.3).
 
 # %%
+assert [cache["length"] for cache in recorded.steps[0]["observation"]["caches"].values()] == [0, 0]
 viz.draw_grid(recorded, recorded.steps[0]);
 
 # %% [markdown]
