@@ -22,7 +22,20 @@ from .validate import method_spec, validate, validate_sampling
 
 @dataclass
 class GenerationResult:
-    """Outputs in input order, stop reasons, statistics, recorded violations."""
+    """Outputs in input order, stop reasons, statistics, recorded violations.
+
+    Attributes:
+        sequences: per prompt, in input order, the token ids generated after
+            it (the prompt not included), cut after the first EOS.
+        stats: the run's :class:`~batchspec.stats.Stats`: rounds, forward
+            calls, acceptance per round and seconds per phase.
+        stop_reasons: per prompt, in input order, why its row stopped:
+            ``"eos"`` (it committed an EOS id) or ``"length"`` (it reached
+            ``max_new_tokens``).
+        violations: the invariant violations found under
+            ``check_invariants="record"``, in the order found; empty in the
+            other modes, which raise at the first one instead.
+    """
 
     sequences: list[list[int]]
     stats: Stats

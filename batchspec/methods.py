@@ -28,7 +28,28 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Everything a method needs besides the models and the prompts."""
+    """Everything a method needs besides the models and the prompts.
+
+    Attributes:
+        k: ``num_draft_tokens`` as resolved by ``generate``: an int, the drafts
+            proposed per round, or a draft-length policy (``AutoK`` for
+            ``"auto"``, ``Confident``) that chooses each round's ``k'``
+            (Spec §4.2.2, §4.2.3).
+        max_new_tokens: the most new tokens any prompt gets; a row that
+            reaches it stops with reason ``"length"``.
+        eos: the EOS token ids, a ``[E]`` long tensor on the target's
+            device; a row stops after the first one it commits. ``None``:
+            no EOS, every row runs to ``max_new_tokens``.
+        batch_size: the most rows a batch holds (a static batch's prompts,
+            or the members EXSPEC forms a batch from); ``generate`` passes
+            all the prompts when given ``None``.
+        window_size: EXSPEC's window ``W``, the most requests admitted at
+            once (Spec §8.1); ``None`` means the default, ``4 * batch_size``.
+        sort_by_length: EXSPEC only: whether prompts are submitted shortest
+            first (the default, ``True``) or in input order.
+        sampler: the speculative-sampling rule with its warping and each
+            request's key (Spec §4.3.2); ``None``, the default, decodes greedily.
+    """
 
     k: int | AutoK | Confident  # num_draft_tokens: an int, or a draft-length policy (Spec §4.2.2)
     max_new_tokens: int
@@ -43,18 +64,33 @@ class DecodeConfig:
 class Method:
     """A decoding method: ``decoders(models, prompts, config)`` yields one
     decoder generator (Spec §4) per batch it forms; each returns
-    ``{request: RowOutput}``."""
+    ``{request: RowOutput}``.
+
+    Attributes:
+        decoders: the function ``(models, prompts, config) -> iterator`` that
+            yields one decoder generator per batch it forms, given a
+            :class:`DecodeConfig`.
+        needs_draft: whether the method runs the draft model; when False,
+            ``generate`` accepts ``draft=None`` and never calls the draft.
+        can_sample: whether the method honours ``do_sample=True`` (Spec
+            §4.3.2); the default, False, refuses it with a ``ValueError``.
+        options: the names of the method-specific options of ``generate`` it
+            reads (``window_size``, ``sort_by_length``); given to another
+            method, they raise. Empty by default.
+        tight_length: whether its rounds draft at most the smallest remaining
+            budget and take a policy's ``k`` (Spec §4.2): its length check
+            then needs no ``+ k`` margin and ``num_draft_tokens="auto"``
+            applies. False by default.
+        name: what messages and statistics call it when it is given to
+            ``generate`` itself, unregistered (a registered method goes by
+            its key in :data:`METHODS`); ``"custom"`` by default.
+    """
 
     decoders: Callable
     needs_draft: bool
     can_sample: bool = False  # honours do_sample=True (Spec §4.3.2)
-    #: method-specific options of ``generate`` it reads (given to another method they raise)
     options: tuple[str, ...] = ()
-    #: its rounds draft at most the smallest remaining budget and take a policy's ``k`` (Spec §4.2):
-    #: its length check needs no ``+ k`` margin and ``num_draft_tokens="auto"`` applies
     tight_length: bool = False
-    #: what messages and statistics call it when it is given to ``generate`` itself,
-    #: unregistered (a registered method goes by its key in :data:`METHODS`)
     name: str = "custom"
 
 

@@ -36,7 +36,16 @@ _DEFAULT = object()  # "the scheduler's own setting" at submit
 
 @dataclass(frozen=True)
 class Request:
-    """What :meth:`Scheduler.submit` accepted: the prompt and its own stopping rule."""
+    """What :meth:`Scheduler.submit` accepted: the prompt and its own stopping rule.
+
+    Attributes:
+        prompt: the prompt's token ids as submitted, a tuple so that the
+            record cannot change.
+        max_new_tokens: the most new tokens this request gets: the value
+            given to ``submit``, else the scheduler's.
+        eos: this request's EOS token ids, the value given to ``submit``,
+            else the scheduler's; empty when it stops at its budget only.
+    """
 
     prompt: tuple[int, ...]
     max_new_tokens: int
@@ -46,7 +55,15 @@ class Request:
 @dataclass(frozen=True)
 class Committed:
     """Tokens one request committed in one step (:meth:`Scheduler.stream`);
-    ``stop`` is set ("eos" | "length") in the step the request finished."""
+    ``stop`` is set ("eos" | "length") in the step the request finished.
+
+    Attributes:
+        request: the request's id, as :meth:`Scheduler.submit` returned it.
+        tokens: the token ids the request committed in this step, in order,
+            after the cut to its own budget and EOS ids.
+        stop: why the request finished, ``"eos"`` or ``"length"``, in the
+            step it finished; ``None`` while it is still decoding.
+    """
 
     request: int
     tokens: list[int]
@@ -97,6 +114,37 @@ class Scheduler:
     :meth:`submit`. ``steps`` is the transition hook (tests swap a step
     through it); ``check_invariants`` is as in :func:`batchspec.generate`
     (``"record"`` collects into :attr:`violations`).
+
+    Attributes:
+        pool: EXSPEC's pool (Spec §8.1): the queue of requests not yet
+            admitted and the window of at most ``W`` decoding members.
+        models: the target and draft models the scheduler was built with.
+        k: ``num_draft_tokens`` resolved once, as ``generate`` resolves it:
+            an int, or a draft-length policy object (Spec §4.2.2, §4.2.3).
+        num_draft_tokens: the ``num_draft_tokens`` argument as given (an
+            int, ``"auto"``, ``"confident"`` or a ``Confident``), before
+            resolution; ``submit`` validates each request with it.
+        max_new_tokens: the default budget of new tokens, for a request
+            submitted without its own.
+        eos: the default EOS token ids, a frozenset, for a request submitted
+            without its own; empty for no EOS.
+        policy: the batch-forming policy ``(window, batch_size) -> indices``,
+            wrapped so that an invalid selection raises a ``ValueError``.
+        steps: the transition functions each round calls
+            (:class:`~batchspec.reference.exspec.ExspecSteps`); tests swap one.
+        mode: the ``check_invariants`` setting, as in :func:`batchspec.generate`.
+        oracle: the fresh-forward oracle the ``"semantic"`` checks use;
+            ``None`` in every other mode.
+        ledger: what the checker remembers across steps (I6, I7); ``None``
+            when the checks are off or ``"structural"``.
+        stats: the :class:`~batchspec.stats.Stats` of every step so far,
+            summed over rounds; a failed step leaves them as they were.
+        violations: the invariant violations found under
+            ``check_invariants="record"``, in the order found.
+        completed: ``{request id: RowOutput}`` for every request that has
+            finished, by EOS, budget or cancellation.
+        requests: ``{request id: Request}`` for every request submitted,
+            finished or not, ids counting up from 0.
     """
 
     def __init__(self, target, draft, *, num_draft_tokens=5, max_new_tokens=32, batch_size=8,
