@@ -66,14 +66,17 @@ def test_ideal_prices_rounds_at_the_batch_they_had():
     costs = Costs(draft={1: 1.0, 4: 2.0}, target={1: {1: 10.0, 3: 12.0}, 4: {1: 20.0, 3: 30.0}})
 
     class Round:
-        def __init__(self, rows, k, accepted):
-            self.requests, self.drafted, self.accepted = list(range(rows)), k, accepted
+        def __init__(self, n, rows, k, accepted):
+            self.round, self.requests, self.drafted, self.accepted = n, list(range(rows)), k, accepted
 
     # batch 4, k = 2, one row accepted both (catch-up): 3 draft calls + a 3-token verify at batch 4
     # then batch 1, k = 2, no row accepted both: 2 draft calls + a 3-token verify at batch 1
-    rounds = [Round(4, 2, [2, 0, 1, 0]), Round(1, 2, [1])]
+    rounds = [Round(1, 4, 2, [2, 0, 1, 0]), Round(2, 1, 2, [1])]
     assert ideal_speculative_seconds(costs, rounds, prefill=0.0) == pytest.approx(3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
     assert ideal_speculative_seconds(costs, rounds, prefill=7.0) == pytest.approx(7.0 + 3 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
+    # a prefill that fed nothing: round 1's first draft call and its verify are the prefill (paid once)
+    assert ideal_speculative_seconds(costs, rounds, prefill=7.0, fed_in_round_1=True) == pytest.approx(
+        7.0 + 2 * 2.0 + 2 * 1.0 + 12.0)
     # two static batches whose longest outputs are 5 and 3 tokens: the prefill gives each its first
     # token, then 4 and 2 one-token calls at batch 4
     assert ideal_generate_seconds(costs, [5, 3], 4, prefill=9.0) == pytest.approx(9.0 + 6 * 20.0)
@@ -198,7 +201,11 @@ def test_the_costs_are_measured_in_every_pass_and_their_median_prices_the_runs(m
     drafts = sum(r.drafted + (any(m == r.drafted for m in r.accepted)) for r in rounds) * 0.1
     dear = sum(len(r.requests) == 2 and r.drafted == 2 for r in rounds)  # verify calls of 3 tokens at batch 2
     assert dear > 0
-    assert cell.call_seconds == pytest.approx(drafts + 4.5 * dear + (len(rounds) - dear))  # the median table
+    # each static batch's first round: its first draft call and its verify are the prefills (Spec §4.1)
+    firsts = [r for r in rounds if r.round == 1]
+    assert len(firsts) == 2  # 2 static batches
+    prefills = sum(0.1 + (4.5 if len(r.requests) == 2 and r.drafted == 2 else 1.0) for r in firsts)
+    assert cell.call_seconds == pytest.approx(drafts + 4.5 * dear + (len(rounds) - dear) - prefills)  # the median table
     generate = next(c for c in out["cells"] if c.case.method == "generate")
     assert generate.call_seconds == pytest.approx(5.0 * 2)  # 2 static batches, 6 tokens: prefill + 5 calls each
     assert cell.ideal_speedup == pytest.approx(10.0 / cell.call_seconds)

@@ -7,7 +7,8 @@ step at its batch size until its longest row is done, the first token
 coming from the prefill; a speculative run costs, besides the draft's
 prefill, round by round at the batch it really had, ``k'`` draft calls,
 the catch-up draft call where one was needed, and one target call of
-``k' + 1`` tokens. EXSPEC, which prefills requests as they enter its
+``k' + 1`` tokens; where the prefill fed nothing (EQSPEC, Spec §4.1), the
+first round's first draft call and its verify call are those prefills. EXSPEC, which prefills requests as they enter its
 window, is priced with the same static-batch prefill: the same prompts,
 batched as ``generate`` batches them. The ratio of the two is the ideal
 speedup for the acceptance that run really saw; achieved / ideal says how
@@ -25,12 +26,18 @@ def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: 
     return prefill + sum(max(n - 1, 0) * costs.target_call(batch, 1) for n in steps)
 
 
-def ideal_speculative_seconds(costs: Costs, rounds, prefill: float) -> float:
+def ideal_speculative_seconds(costs: Costs, rounds, prefill: float, fed_in_round_1: bool = False) -> float:
     """``rounds``: the run's round records (rows, ``k'``, each ``m_i``);
-    ``prefill``: the target's and the draft's prefill, in seconds."""
+    ``prefill``: the target's and the draft's prefill, in seconds.
+
+    ``fed_in_round_1``: the run's prefill fed nothing (EQSPEC, Spec §4.1), so
+    in each static batch's first round the first draft call and the verify
+    call are the prefills, priced once, by ``prefill`` (as ``generate``'s
+    first token comes from its prefill)."""
     total = prefill
     for r in rounds:
         b, k = len(r.requests), r.drafted
         catch_up = k == 0 or any(m == k for m in r.accepted)  # some row needed the last draft's KV
-        total += (k + catch_up) * costs.draft_call(b) + costs.target_call(b, k + 1)
+        first = fed_in_round_1 and r.round == 1
+        total += (k + catch_up - first) * costs.draft_call(b) + (0.0 if first else costs.target_call(b, k + 1))
     return total
