@@ -37,7 +37,7 @@ def tutorials() -> list[Path]:
 
 
 #: the environment a tutorial reads in its first cell (batchspec.viz.tutorial_setup)
-ENVIRONMENT = ("BATCHSPEC_TUTORIAL_PAIR", "BATCHSPEC_TUTORIAL_DEVICE")
+ENVIRONMENT = ("BATCHSPEC_TUTORIAL_PAIR", "BATCHSPEC_TUTORIAL_DEVICE", "BATCHSPEC_TUTORIAL_DTYPE")
 
 
 def selected() -> tuple[str, str]:
@@ -74,8 +74,9 @@ def _recorded(target: Path) -> dict:
         return {}
 
 
-def execute(source: Path, target: Path) -> float:
-    """Run ``source`` in a fresh kernel, write the executed notebook to ``target``; seconds taken."""
+def execute(source: Path, target: Path, timeout: int = TIMEOUT) -> float:
+    """Run ``source`` in a fresh kernel, write the executed notebook to ``target``;
+    seconds taken. ``timeout``: seconds per cell."""
     import jupytext
     import nbformat
     from nbclient import NotebookClient
@@ -88,7 +89,7 @@ def execute(source: Path, target: Path) -> float:
         _kernel_environment()
         # The kernel logs errors only: its one warning (a loopback connection without
         # encryption) said nothing about the tutorial and filled the build log nine times.
-        NotebookClient(notebook, timeout=TIMEOUT, kernel_name="python3", extra_arguments=["--log-level=ERROR"],
+        NotebookClient(notebook, timeout=timeout, kernel_name="python3", extra_arguments=["--log-level=ERROR"],
                        resources={"metadata": {"path": str(ROOT)}}).execute()
     except CellExecutionError as error:
         raise RuntimeError(f"tutorial {source.name} failed:\n{error}") from None

@@ -2,8 +2,10 @@
 
 ``BATCHSPEC_TUTORIAL_PAIR`` (default ``"default"``, any name of
 ``batchspec models list``) and ``BATCHSPEC_TUTORIAL_DEVICE`` (default
-``"cpu"``) choose them, so the same notebook runs on a real pair on a GPU
-unchanged. When the pair or the device is not available here, the setup
+``"cpu"``) choose them, and ``BATCHSPEC_TUTORIAL_DTYPE`` (default
+``"float64"``) the precision of a tutorial that does not fix its own, so the
+same notebook runs on a real pair on a GPU unchanged, or in float32 where a
+real pair in float64 would not fit in memory. When the pair or the device is not available here, the setup
 says so and falls back to the embedded default pair on CPU, so that every
 line of the notebook still runs.
 """
@@ -96,6 +98,20 @@ def asked_for(pair: str | None = None, device: str | None = None) -> tuple[str, 
             device or os.environ.get("BATCHSPEC_TUTORIAL_DEVICE") or "cpu")
 
 
+#: the precisions BATCHSPEC_TUTORIAL_DTYPE may name
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def asked_dtype() -> torch.dtype:
+    """The precision ``BATCHSPEC_TUTORIAL_DTYPE`` asks for (default float64); a
+    name outside :data:`DTYPES` is refused before any model loads."""
+    name = os.environ.get("BATCHSPEC_TUTORIAL_DTYPE") or "float64"
+    if name not in DTYPES:
+        raise ValueError(f"BATCHSPEC_TUTORIAL_DTYPE={name!r} is not a precision batchspec knows "
+                         f"(one of {', '.join(DTYPES)})")
+    return DTYPES[name]
+
+
 def chosen_pair(pair: str | None = None, device: str | None = None, fallback: str = "default"
                 ) -> tuple[str, str, list[str]]:
     """``(pair, device, problems)`` a tutorial runs on: what was asked (:func:`asked_for`)
@@ -120,15 +136,17 @@ def chosen_pair(pair: str | None = None, device: str | None = None, fallback: st
     return run_pair, "cpu" if problem else asked_device, problems
 
 
-def tutorial_setup(dtype: torch.dtype = torch.float64, pair: str | None = None, device: str | None = None,
+def tutorial_setup(dtype: torch.dtype | None = None, pair: str | None = None, device: str | None = None,
                    fallback: str = "default", quiet: bool = False) -> TutorialSetup:
     """Load the tutorial's pair on its device (:func:`chosen_pair`: the arguments, else
     the environment variables, else the default pair on CPU).
 
-    float64 by default: the tutorials' exactness claims are claims about the
-    algorithm, which float64 keeps free of rounding ties (Spec §5.2).
-    Prints one line saying what runs (unless ``quiet``).
+    ``dtype``: the argument, else ``BATCHSPEC_TUTORIAL_DTYPE``
+    (:func:`asked_dtype`), else float64: the tutorials' exactness claims are
+    claims about the algorithm, which float64 keeps free of rounding ties
+    (Spec §5.2). Prints one line saying what runs (unless ``quiet``).
     """
+    dtype = dtype or asked_dtype()
     asked_pair, asked_device = asked_for(pair, device)
     run_pair, run_device, problems = chosen_pair(asked_pair, asked_device, fallback)
     target, draft, tokenizer = registry.load_pair(run_pair, dtype=dtype, device=run_device)
