@@ -222,3 +222,19 @@ def test_the_machine_line_warns_only_when_the_fixed_workload_was_unsteady():
     shaky = summary([0.020, 0.021, 0.028, 0.020])  # one probe 40 % slow, as the development CPU did
     assert not shaky["steady"] and "spread ±20%" in line(shaky) and "unreliable" in line(shaky)
     assert summary([]) is None and line(None) is None
+
+
+def test_a_real_pair_gets_a_plan_of_minutes_unless_told_otherwise():
+    from types import SimpleNamespace
+
+    from batchspec.cli.bench import fill_plan_defaults
+
+    def plan(pair, **given):
+        args = SimpleNamespace(pair=pair, batch_sizes=None, max_new_tokens=None, repeats=None)
+        args.__dict__.update(given)
+        fill_plan_defaults(args)
+        return args.batch_sizes, args.max_new_tokens, args.repeats
+
+    assert plan(None) == plan("default") == plan("tiny-llama") == ([1, 4, 8, 16, 32], 48, 3)
+    assert plan("qwen2.5-coder") == ([1, 4, 8], 16, 2)
+    assert plan("qwen2.5-coder", max_new_tokens=32, batch_sizes=[1]) == ([1], 32, 2)

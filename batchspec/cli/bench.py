@@ -62,11 +62,12 @@ def register(subparsers) -> None:
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated, from {', '.join(OURS + PEERS)} (default %(default)s; "
                         "generate_batch is transformers' continuous batching, very slow on CPU)")
-    p.add_argument("--batch-sizes", type=int_list, default=[1, 4, 8, 16, 32],
-                   help="comma-separated batch sizes (default 1,4,8,16,32)")
+    p.add_argument("--batch-sizes", type=int_list, default=None,
+                   help="comma-separated batch sizes (default 1,4,8,16,32; 1,4,8 on a real pair)")
     p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or draft policies auto, confident (default 4)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=48, help="default %(default)s")
-    p.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default 48; 16 on a real pair")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="interleaved repeats (default 3; 2 on a real pair)")
     p.add_argument("--warmup", type=nonnegative_int, default=1,
                    help="untimed interleaved passes before the repeats (default %(default)s)")
     p.add_argument("--prompts-per-batch", type=positive_int, default=1,
@@ -79,7 +80,23 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
+#: (batch sizes, max_new_tokens, repeats) when not given: the embedded and tiny pairs
+#: take the whole grid; a real pair (seconds per forward call on a CPU) a run of minutes
+SMALL_PAIR_PLAN, REAL_PAIR_PLAN = ([1, 4, 8, 16, 32], 48, 3), ([1, 4, 8], 16, 2)
+
+
+def fill_plan_defaults(args) -> None:
+    """The plan's defaults for ``args.pair``: a real pair gets batch 1, 4 and 8,
+    16 tokens, 2 repeats (the whole grid would take hours on a CPU)."""
+    small = args.pair in (None, "default") or args.pair.startswith("tiny-")
+    defaults = SMALL_PAIR_PLAN if small else REAL_PAIR_PLAN
+    for name, value in zip(("batch_sizes", "max_new_tokens", "repeats"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 def main(args) -> int:
+    fill_plan_defaults(args)
     ks = parse_ks(args.num_draft_tokens)
     methods = parse_methods(args.methods)
     if args.plots:
