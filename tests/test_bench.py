@@ -238,3 +238,10 @@ def test_a_real_pair_gets_a_plan_of_minutes_unless_told_otherwise():
     assert plan(None) == plan("default") == plan("tiny-llama") == ([1, 4, 8, 16, 32], 48, 3)
     assert plan("qwen2.5-coder") == ([1, 4, 8], 16, 2)
     assert plan("qwen2.5-coder", max_new_tokens=32, batch_sizes=[1]) == ([1], 32, 2)
+
+
+def test_tokens_per_second_keep_three_significant_figures_without_an_exponent():
+    from batchspec.bench.report import significant
+
+    assert [significant(x) for x in (2.2634, 5.0, 45.67, 846.2, 1408.9, 23456.0)] == [
+        "2.26", "5", "45.7", "846", "1409", "23456"]

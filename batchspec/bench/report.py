@@ -69,7 +69,12 @@ def best_ideal(cells) -> dict:
     return out
 
 
-COLUMNS = (("batch", "B", "{}"), ("method", "method", "{}"), ("k", "k", "{}"), ("tok_per_s", "tok/s", "{:.3g}"),
+def significant(value: float) -> str:
+    """Three significant figures, never in exponent form (``2.26``, ``846``, ``1410``)."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+COLUMNS = (("batch", "B", "{}"), ("method", "method", "{}"), ("k", "k", "{}"), ("tok_per_s", "tok/s", significant),
            ("spread", "spread", "{}"), ("vs_generate", "vs generate", "{:.2f}"),
            ("paired", "paired range", "{}"), ("tokens_per_target_call", "tok/call", "{:.2f}"),
            ("ideal", "ideal", "{:.2f}"), ("achieved_over_ideal", "achieved/ideal", "{:.0%}"),
@@ -87,7 +92,8 @@ def table(table_rows: list[dict]) -> str:
         span = r.get("vs_generate_range")
         r = dict(r, spread=f"±{(r['max_s'] - r['min_s']) / r['median_s'] / 2:.0%}",
                  paired=f"{span[0]:.2f}-{span[1]:.2f}" if span and r["method"] != "generate" else None)
-        lines.append([fmt.format(r[key]) if r.get(key) is not None else "-" for key, _, fmt in COLUMNS])
+        lines.append([(fmt(r[key]) if callable(fmt) else fmt.format(r[key])) if r.get(key) is not None else "-"
+                      for key, _, fmt in COLUMNS])
     heads = [head for _, head, _ in COLUMNS]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(heads)]
     render = lambda cols: "  ".join(c.rjust(w) for c, w in zip(cols, widths))  # noqa: E731
