@@ -86,11 +86,11 @@ def provenance(seconds: float, command: str) -> str:
     """The first cell of a page: when, where, how, and that it is not re-run."""
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB -> GiB
     return (
-        "!!! note \"Executed once on a real pair, then committed\"\n"
-        f"    This page is the tutorial run on the **{PAIR}** pair (1.5B target, 0.5B draft) in "
+        "> **Executed once on a real pair, then committed.** "  # a blockquote: notebook Markdown has no admonitions
+        f"This page is the tutorial run on the **{PAIR}** pair (1.5B target, 0.5B draft) in "
         f"**{DTYPE}** on the **{DEVICE}**, on {datetime.date.today().isoformat()}, on a {machine()}. "
-        f"It took {seconds / 60:.1f} minutes and at most {peak:.1f} GiB of memory.\n\n"
-        f"    Made with `{command}`, after `batchspec models fetch {PAIR}`. The docs build shows "
+        f"It took {seconds / 60:.1f} minutes and at most {peak:.1f} GiB of memory.\n"
+        f">\n> Made with `{command}`, after `batchspec models fetch {PAIR}`. The docs build shows "
         "it as it was recorded and does not run it; a test fails when the tutorial's code "
         "changes and the page is not made again.")
 
