@@ -53,7 +53,7 @@ def _drift(state) -> torch.Tensor:
 def _counted(step):
     """``step`` (a draft, verify or catch-up call) fed the counter's positions."""
     def faulty(models, state, rnd, calls):
-        mask, positions = rnd.frame(state)  # [B, L + k'] each
+        positions = rnd.frame(state)[1]  # [B, L + k']
         rnd.positions = positions + _drift(state)
         try:
             return step(models, state, rnd, calls)

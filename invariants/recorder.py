@@ -130,7 +130,8 @@ class Watch:
                 call = self._call(name, args, kwargs, t, output.logits)
                 self.calls += 1
                 self._correct(name, call, cache)
-                self._record(name, call, cache)
+                if self.grid is not None or call.cache_length == 0:  # without boundary(), keep prefills only
+                    self._record(name, call, cache)
             finally:
                 self.check_seconds += time.perf_counter() - start
         return hook

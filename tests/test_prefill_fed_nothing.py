@@ -106,3 +106,16 @@ def test_watch_checks_the_first_round_of_a_prefill_that_fed_nothing():
     _, w, _ = watched(replace(STEPS, draft_one=corrupt_first))
     first = w.violations[0]
     assert (first.invariant, first.round, first.step, first.model) == ("I4", 1, "draft", "draft"), w.report()
+
+
+def test_watch_without_boundary_keeps_only_the_calls_over_an_empty_cache():
+    """A decoder checked without ``boundary()`` (any decoder not ours) never gets a
+    grid: watch keeps the calls over an empty cache for a grid that may still come,
+    not every call of the run."""
+    target, _ = pair("qwen3")
+    with watch(target=target, check="record") as w:
+        with torch.no_grad():
+            drive(decode(Models(target, None), WITH_PAD_ID[:2], [0, 1], 0, N, None, STEPS), Stats("autoregressive"),
+                  False, None, [], target.device)
+    assert w.calls == N and w.violations == []
+    assert len(w.prefill) == 1  # the first round's call, which fed the prompts

@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import torch
 
+from ..models.registry import DTYPES  # the --dtype names (batchspec.cli.audit imports them from here)
 from . import pairs
 from .errors import UsageError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
-          "bfloat16": torch.bfloat16}
 
 
 def positive_int(text: str) -> int:

@@ -29,6 +29,10 @@ import torch
 from . import default_pair, fetch, presets
 from .quiet import no_progress_bars
 
+#: the precisions a pair can be loaded in, by name (the CLI's --dtype, BATCHSPEC_TUTORIAL_DTYPE)
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+
 
 class Tokenizer(Protocol):
     """What :func:`load_pair` gives as a pair's tokenizer: text to token ids and back."""

@@ -5,8 +5,8 @@
 ``"cpu"``) choose them, and ``BATCHSPEC_TUTORIAL_DTYPE`` (default
 ``"float64"``) the precision of a tutorial that does not fix its own, so the
 same notebook runs on a real pair on a GPU unchanged, or in float32 where a
-real pair in float64 would not fit in memory. When the pair or the device is not available here, the setup
-says so and falls back to the embedded default pair on CPU, so that every
+real pair in float64 would not fit in memory. When the pair or the device
+is not available here, the setup says so and falls back to the embedded default pair on CPU, so that every
 line of the notebook still runs.
 """
 
@@ -98,18 +98,14 @@ def asked_for(pair: str | None = None, device: str | None = None) -> tuple[str, 
             device or os.environ.get("BATCHSPEC_TUTORIAL_DEVICE") or "cpu")
 
 
-#: the precisions BATCHSPEC_TUTORIAL_DTYPE may name
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 def asked_dtype() -> torch.dtype:
     """The precision ``BATCHSPEC_TUTORIAL_DTYPE`` asks for (default float64); a
-    name outside :data:`DTYPES` is refused before any model loads."""
+    name outside :data:`~batchspec.models.registry.DTYPES` is refused before any model loads."""
     name = os.environ.get("BATCHSPEC_TUTORIAL_DTYPE") or "float64"
-    if name not in DTYPES:
+    if name not in registry.DTYPES:
         raise ValueError(f"BATCHSPEC_TUTORIAL_DTYPE={name!r} is not a precision batchspec knows "
-                         f"(one of {', '.join(DTYPES)})")
-    return DTYPES[name]
+                         f"(one of {', '.join(registry.DTYPES)})")
+    return registry.DTYPES[name]
 
 
 def chosen_pair(pair: str | None = None, device: str | None = None, fallback: str = "default"
