@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._util import on
-from .observation import CacheView, ForwardCall
+from .observation import ForwardCall
 from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
 
 
@@ -157,19 +157,20 @@ class History:
                 return number, model
         return None
 
-    def read(self, call: ForwardCall, view: CacheView) -> Chains:
+    def read(self, call: ForwardCall, hashes: torch.Tensor | None) -> Chains:
         """The call as chains, reading the labels of the cached slots it could
-        attend from ``view`` (the model's cache *after* the call: calls only
-        append, so slots ``0 .. T-1`` are as the call saw them).
+        attend from ``hashes`` ``[B, T + n]``, the content hashes of the stream's
+        columns in the model's full-attention layers *after* the call (calls only
+        append, so columns ``0 .. T-1`` are as the call saw them).
 
         When every cached slot holds what this model's previous call saw or
         wrote there and the mask over them is that call's, the context is that
         call's chain, already checked: only the inputs are new (``checked``)."""
         self.calls += 1
-        ids, t, n = call.input_ids, call.cache_length, call.input_ids.shape[1]
+        ids, t = call.input_ids, call.cache_length
         device = ids.device
         attended = on(call.attention_mask, device) != 0  # [B, T + n]
-        self.hashes = self.hasher.slot_hashes(view, t + n) if view.layers and view.length >= t + n else None
+        self.hashes = hashes
         before = self.carried.get(call.model)
         if t and before is not None:
             held = on(self.hashes[:, :t], device)

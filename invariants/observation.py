@@ -29,6 +29,8 @@ from typing import Callable
 
 import torch
 
+from .hf_cache import held, seen
+
 BOUNDARY_STEPS = ("prefill", "align")
 STEP_NAMES = ("prefill", "draft", "verify", "align", "finish")
 MODELS = ("target", "draft")
@@ -104,21 +106,19 @@ class CacheView:
 
     @staticmethod
     def length_of(cache) -> int:
-        """Slots ``T`` of a Hugging Face ``Cache`` (0 for ``None`` or an empty one), read
-        from its first layer through the public iteration."""
-        for entry in cache if cache is not None else ():
-            keys = entry[0]
-            return keys.shape[2] if isinstance(keys, torch.Tensor) and keys.numel() else 0
-        return 0
+        """Slots ``T`` of a Hugging Face ``Cache`` (0 for ``None`` or an empty one): the
+        tokens its first layer has seen, through the public per-layer API
+        (``get_seq_length``; a static cache is not iterable)."""
+        return seen(cache)
 
     @classmethod
     def from_hf(cls, cache) -> "CacheView":
-        """The view of a Hugging Face ``Cache`` (the dynamic one, for instance), read
-        through its public iteration (``for keys, values, *_ in cache``);
-        ``None`` gives an empty view."""
+        """The view of a Hugging Face ``Cache``, read through its public per-layer API:
+        each layer's ``keys``/``values`` up to the tokens it has seen (a static
+        layer's preallocated rest is not part of it); ``None`` gives an empty view."""
         if cache is None:
             return cls([])
-        layers = [(entry[0], entry[1]) for entry in cache]
+        layers = [held(cache, i)[:2] for i in range(len(getattr(cache, "layers", ())))]
         return cls([(k, v) for k, v in layers if isinstance(k, torch.Tensor) and k.numel()])
 
 

@@ -48,12 +48,14 @@ from .checker import violations as check_all
 from .correctness import one_chain
 from .outputs import stops_where_it_should, target_choices
 from .history import History
+from .hf_cache import ABSENT, column_hashes, kinds_of, refuse_cache
 from .ledger import Ledger
 from .masks import key_mask
 from .memo import Memo
 from .observation import CacheView, ForwardCall, Observation
 from .registry import INVARIANTS
 from .violation import InvariantViolation
+from .window import window_call, window_chains, window_size
 
 
 class Watch:
@@ -63,6 +65,8 @@ class Watch:
         if check not in ("raise", "record"):
             raise ValueError(f"watch: check must be 'raise' or 'record', got {check!r}")
         self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
+        #: per model, its attention layers by kind (refused here when watch cannot read one)
+        self.kinds = {name: kinds_of(model, name) for name, model in models.items()}
         self.ledger = None if structural else Ledger(derived=True)
         self.memo = Memo()  # what the layout checks build once (a round's masks), for this block only
         self.violations: list = []
@@ -102,20 +106,38 @@ class Watch:
         self._handles.clear()
 
     def _before(self, name):
-        def hook(_module, _args, kwargs):
+        def hook(_module, args, kwargs):
             if self._checking:
                 return
             start = time.perf_counter()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
+            refuse_cache(cache, name)  # before the call runs: one line naming the layer type and why
             t = CacheView.length_of(cache)
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            windows = self._windows_before(name, cache, t, 0 if ids is None else ids.shape[1])
             self.check_seconds += time.perf_counter() - start
             if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
                 raise ValueError(f"watch: the {name} model ran with another cache object than the one "
                                  f"boundary() last saw; pass {name}_cache= to boundary() when the decoder "
                                  "replaces a cache")
-            self._pending[name] = (cache, t)
+            self._pending[name] = (cache, t, windows)
         return hook
+
+    def _windows_before(self, name: str, cache, t: int, n: int) -> list:
+        """Per window kind of ``name``'s layers: ``(W, layers, kv_offset, hashes)``, the
+        columns its inputs' windows reach, read before the call (a window layer
+        drops its oldest column as it writes)."""
+        out = []
+        for kind, layers in self.kinds[name].items():
+            if kind == "full":
+                continue
+            w = kind[1]
+            offset = int(cache.get_mask_sizes(n, layers[0])[1]) if cache is not None and t else 0
+            lo = max(t - w + 1, 0)
+            held = column_hashes(self.history.hasher, cache, layers, lo, t) if t else None
+            out.append((w, layers, offset, held))
+        return out
 
     def _after(self, name):
         def hook(_module, args, kwargs, output):
@@ -123,39 +145,70 @@ class Watch:
                 return
             start = time.perf_counter()
             try:
-                cache, t = self._pending.pop(name)
+                cache, t, windows = self._pending.pop(name)
                 if cache is None:  # one the model made
                     cache = getattr(output, "cache", None)
                 self.caches[name] = cache
-                call = self._call(name, args, kwargs, t, output.logits)
+                call = self._call(name, args, kwargs, t, output.logits, windows)
                 self.calls += 1
-                self._correct(name, call, cache)
+                self._correct(name, call, cache, kwargs.get("attention_mask"), windows)
                 if self.grid is not None or call.cache_length == 0:  # without boundary(), keep prefills only
                     self._record(name, call, cache)
             finally:
                 self.check_seconds += time.perf_counter() - start
         return hook
 
-    def _correct(self, name: str, call: ForwardCall, cache) -> None:
+    def _correct(self, name: str, call: ForwardCall, cache, raw, windows: list) -> None:
         """C1 on this call (Spec §3.12.2), whatever the decoder's layout and
-        schedule; no boundary() needed. A call the checker cannot read is a
-        ValueError saying what it could not read, never a crash inside it."""
+        schedule; no boundary() needed: on the full-attention layers by the
+        chain rule, on each window kind by the window rule. A call the checker
+        cannot read is a ValueError saying what it could not read, never a
+        crash inside it."""
         try:
-            view = CacheView.from_hf(cache)
-            if call.cache_length and (not view.layers or view.length < call.cache_length + call.input_ids.shape[1]):
-                raise ValueError(f"its cache holds {view.length} slots after the call, fewer than the "
-                                 f"{call.cache_length} before it plus {call.input_ids.shape[1]} inputs "
-                                 "(a static or sliding-window cache is out of scope)")
-            if call.attention_mask.shape != (call.input_ids.shape[0], call.cache_length + call.input_ids.shape[1]):
+            t, n = call.cache_length, call.input_ids.shape[1]
+            if call.attention_mask.shape != (call.input_ids.shape[0], t + n):
                 raise ValueError(f"its attention mask is {tuple(call.attention_mask.shape)}, not [B, T + n] = "
-                                 f"[{call.input_ids.shape[0]}, {call.cache_length + call.input_ids.shape[1]}]")
-            chains = self.history.read(call, view)
-            found = one_chain(chains)
-            self.history.remember(chains)
+                                 f"[{call.input_ids.shape[0]}, {t + n}]")
+            full = self.kinds[name].get("full")
+            found, chains = [], None
+            if full is not None:
+                hashes = column_hashes(self.history.hasher, cache, full, 0, t + n) if cache is not None else None
+                if t and (hashes is None or bool((hashes == ABSENT).any())):
+                    raise ValueError(f"its cache holds fewer than the {t} slots before the call plus {n} inputs "
+                                     "after it")
+                chains = self.history.read(call, hashes)
+                found = one_chain(chains)
+            for w, layers, offset, held in windows:
+                found += self._window(call, cache, raw, w, layers, offset, held, chains is None)
+            if chains is not None:
+                self.history.remember(chains)
         except Exception as error:  # noqa: BLE001 - a crash here is the checker's, and must say what it could not read
             what = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error} (a checker bug)"
             raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {what}") from error
         self._found(found)
+
+    def _window(self, call, cache, raw, w, layers, offset, held, alone: bool) -> list:
+        """C1 by the window rule on the layers of window ``w`` (Spec §3.12.2);
+        ``alone``: no full-attention layer, so these chains are the call's (C2)."""
+        if isinstance(raw, dict):
+            raw = raw.get("sliding_attention")
+        narrow, counts = window_call(call, raw, w, offset)
+        t = call.cache_length
+        written = column_hashes(self.history.hasher, cache, layers, t, t + call.input_ids.shape[1])
+        hashes = torch.cat([held if held is not None else written.new_zeros((written.shape[0], 0)), written], 1)
+        if alone:
+            self.history.calls += 1
+        keep = self.history.hashes
+        chains = window_chains(self.history, narrow, hashes)
+        found = one_chain(chains)
+        found += [v for v in window_size(chains, counts, w) if v.row not in {f.row for f in found}]
+        chains.hashes = hashes
+        if alone:
+            self.history.remember(chains)
+        else:
+            self.history.labels.write(chains)
+            self.history.hashes = keep
+        return found
 
     def _found(self, found: list, obs=None) -> None:
         self.violations.extend(found)
@@ -183,16 +236,22 @@ class Watch:
         self.violations.sort(key=lambda v: (v.call is None, v.call or 0))
         return found
 
-    def _call(self, name, args, kwargs, t, logits) -> ForwardCall:
+    def _call(self, name, args, kwargs, t, logits, windows=()) -> ForwardCall:
         ids = kwargs.get("input_ids", args[0] if args else None)  # [B, n]
         if ids is None:
             raise ValueError(f"watch: the {name} model was called without input_ids (inputs_embeds "
                              "cannot be traced to tokens)")
         b, n = ids.shape
         mask = kwargs.get("attention_mask")
+        if isinstance(mask, dict):  # transformers' per-kind masks (a static cache of a mixed model)
+            mask = mask.get("full_attention", mask.get("sliding_attention"))
+        if mask is not None and mask.dim() == 4 and windows and "full" not in self.kinds[name]:
+            w, _, offset, _ = windows[0]  # no full-attention layer: the columns the window layers attend
+            mask = window_call(ForwardCall(name, ids, None, None, t), mask, w, offset)[0].attention_mask
+            mask = torch.cat([mask.new_zeros((b, t + n - mask.shape[1])), mask], 1)
         mask = torch.ones((b, t + n), dtype=torch.long, device=ids.device) if mask is None else mask
         if mask.dim() == 4:  # what the attention reads, as batchspec's own decoders pass it over a non-empty cache
-            mask = key_mask(mask, name, self.memo)
+            mask = key_mask(mask, name, self.memo, t + n)
         positions = kwargs.get("position_ids")
         if positions is None:  # what the model uses then: the cache slots' indices
             positions = torch.arange(t, t + n, device=ids.device).expand(b, n)

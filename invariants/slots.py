@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from .hf_cache import ABSENT
 from .observation import CacheView
 
 #: Label flags. ``WRITTEN``: a call fed this token here and attended the chain
@@ -62,15 +63,19 @@ class Hasher:
         return self._weights[key]
 
     def slot_hashes(self, view: CacheView, stop: int) -> torch.Tensor:
-        """``[B, stop]`` int64: for slots ``0 .. stop-1`` of every row, the keys of
-        the first layer (token and position) and the values of the last layer
-        (everything attended), kv-head 0, their first :data:`DIMS` dimensions,
-        bit for bit, times fixed random weights, summed with wrap-around."""
-        keys, values = view.layers[0][0], view.layers[-1][1]
+        """``[B, stop]`` int64: :meth:`pair_hashes` of slots ``0 .. stop-1`` of every row,
+        the keys of the first layer and the values of the last layer."""
+        return self.pair_hashes(view.layers[0][0][:, :, :stop], view.layers[-1][1][:, :, :stop])
+
+    def pair_hashes(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """``[B, S]`` int64 from ``keys`` and ``values`` ``[B, H, S, D]``: per slot, the
+        keys (token and position) and the values (everything attended), kv-head 0,
+        their first :data:`DIMS` dimensions, bit for bit, times fixed random
+        weights, summed with wrap-around."""
         d = min(keys.shape[-1], DIMS)
-        parts = torch.cat([keys[:, 0, :stop, :d], values[:, 0, :stop, :d]], -1)  # [B, stop, 2d]
+        parts = torch.cat([keys[:, 0, :, :d], values[:, 0, :, :d]], -1)  # [B, S, 2d]
         bits = parts.view(_BITS[parts.element_size()]).to(torch.int64)  # exact
-        return (bits * self.weights(2 * d, parts.device)).sum(-1)  # [B, stop], wraps
+        return (bits * self.weights(2 * d, parts.device)).sum(-1)  # [B, S], wraps
 
     def chain_weights(self, n: int, device) -> torch.Tensor:
         """``R[0 .. n-1]``: a chain ``x_0 .. x_{j-1}`` has hash ``Σ (x_l + 1) R[l]``
@@ -100,8 +105,10 @@ class LabelTable:
 
     def flush(self) -> None:
         if self.pending:
-            self.add(torch.cat([c.hashes[:, c.cached:].reshape(-1) for c in self.pending]),
-                     torch.cat([c.written().reshape(-1, 4) for c in self.pending]))
+            hashes = torch.cat([c.hashes[:, c.cached:].reshape(-1) for c in self.pending])
+            labels = torch.cat([c.written().reshape(-1, 4) for c in self.pending])
+            kept = hashes != ABSENT  # written, then evicted by a window in the same call: never read back
+            self.add(hashes[kept], labels[kept])
         self.pending.clear()
 
     def add(self, hashes: torch.Tensor, labels: torch.Tensor) -> None:

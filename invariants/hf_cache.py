@@ -1,0 +1,117 @@
+"""A Hugging Face cache read through its public per-layer API, by layer kind (Spec §3.12.1, §3.12.2).
+
+transformers 5 keeps one cache layer per model layer. What the checker needs
+of each is the same whatever its class: ``layer.keys`` / ``layer.values``
+(``[B, H, S, D]``), ``layer.get_seq_length()`` (the tokens it has seen, its
+*stream length* ``T``) and ``cache.get_mask_sizes(n, i)``. Every attention
+layer transformers 5.24 ships for decoder-only models keeps the same shape of
+record: its first ``min(T, S)`` slots hold the stream's columns
+``T - min(T, S) .. T - 1`` in order (a dynamic layer all of them; a static
+layer, preallocated to ``max_cache_len``, its written prefix; a sliding
+layer, dynamic or static, the newest of them). The checker never iterates a
+cache (a static cache is not iterable) and hashes only the columns a call
+attends or writes, never the preallocated rest.
+
+Layers are grouped by *kind*: ``full`` (every earlier column) and
+``("window", W)`` (the newest ``W`` columns, Spec §3.12.2's window rule).
+Kinds the checker cannot read (quantized, linear-attention and hybrid layers,
+chunked or indexed attention, shared-KV layers, encoder-decoder caches) are
+refused by name before the first call runs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import cache_utils
+
+#: the content hash of a column whose key/value the cache no longer holds (evicted by a window)
+ABSENT = -(2**63)
+
+_READ = ("full_attention", "sliding_attention")
+_WHY = {
+    "chunked_attention": "its chunked mask is not a sliding window of the stream",
+    "linear_attention": "it keeps a recurrent state, not one key/value per token",
+    "conv": "it keeps a convolution state, not one key/value per token",
+    "hybrid": "it keeps a recurrent state besides its keys/values",
+    "hybrid_sliding": "it keeps a recurrent state besides its keys/values",
+    "indexed_attention": "its indexer chooses the attended slots, which no mask shows",
+    "dummy": "it shares another layer's keys/values (KV sharing) or holds none",
+}
+
+
+def _refuse(name: str, what: str, why: str) -> ValueError:
+    return ValueError(f"watch: the {name} model has {what}, which watch cannot check: {why}")
+
+
+def kinds_of(model, name: str) -> dict:
+    """``{kind: [layer index, ...]}`` of ``model``'s attention layers, from its config
+    (``"full"`` or ``("window", W)``); a model the checker cannot read is refused
+    here, before any call, with one line naming the layer type and why."""
+    config = getattr(model, "config", None)
+    if config is None:  # not a transformers model: its cache's first and last layers, read as full attention
+        return {"full": [0, -1]}
+    if getattr(config, "is_encoder_decoder", False):
+        raise _refuse(name, "an encoder-decoder architecture", "its cross-attention cache holds the encoder's "
+                      "states, not a decoded stream; watch checks decoder-only models")
+    types, kwargs = cache_utils.get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    kinds: dict = {}
+    for i, (kind, extra) in enumerate(zip(types, kwargs)):
+        if kind not in _READ:
+            raise _refuse(name, f"layer {i} of type {kind!r}", _WHY.get(kind, "an unknown layer type"))
+        key = "full" if kind == "full_attention" else ("window", int(extra["sliding_window"]))
+        kinds.setdefault(key, []).append(i)
+    return kinds
+
+
+def refuse_cache(cache, name: str) -> None:
+    """Refuse, before the call runs, a cache whose layers do not keep one key/value
+    per token in the public ``keys``/``values`` (quantized, linear-attention,
+    encoder-decoder)."""
+    if isinstance(cache, cache_utils.EncoderDecoderCache):
+        raise _refuse(name, "an EncoderDecoderCache", "watch checks decoder-only caches")
+    for i, layer in enumerate(getattr(cache, "layers", ())):
+        if isinstance(layer, cache_utils.BaseQuantizedLayer):
+            raise _refuse(name, f"a {type(layer).__name__} at layer {i}", "a quantized layer keeps its "
+                          "older keys/values quantized and only the newest in `keys`, so slots cannot be "
+                          "read back exactly")
+        if isinstance(layer, cache_utils.LinearAttentionCacheLayerMixin):
+            raise _refuse(name, f"a {type(layer).__name__} at layer {i}", _WHY["linear_attention"])
+        if not isinstance(layer, cache_utils.CacheLayerMixin):  # a DummyLayer: shared or no keys/values
+            raise _refuse(name, f"a {type(layer).__name__} at layer {i}", _WHY["dummy"])
+
+
+def seen(cache, layer: int = 0) -> int:
+    """``T``: the tokens layer ``layer`` of ``cache`` has seen (0 for ``None`` or an empty one)."""
+    if cache is None or layer >= len(getattr(cache, "layers", ())):
+        return 0
+    return int(cache.layers[layer].get_seq_length())
+
+
+def held(cache, layer: int) -> tuple:
+    """``(keys, values, first)``: the slots of layer ``layer`` that hold stream columns,
+    ``[B, H, m, D]`` each, and the stream column of the first (``m = min(T, S)``)."""
+    entry = cache.layers[layer]
+    keys, values = getattr(entry, "keys", None), getattr(entry, "values", None)
+    if not isinstance(keys, torch.Tensor) or keys.dim() != 4:
+        return None, None, 0
+    t = int(entry.get_seq_length())
+    m = min(t, keys.shape[2])
+    return keys[:, :, :m], values[:, :, :m], t - m
+
+
+def column_hashes(hasher, cache, layers: list, start: int, stop: int):
+    """``[B, stop - start]`` content hashes of stream columns ``start .. stop-1`` as
+    ``cache`` holds them now: the keys of the group's first layer and the values
+    of its last, read only at those columns; :data:`ABSENT` where the group no
+    longer holds a column (evicted by a window). ``None`` when it holds none."""
+    keys, _, first_k = held(cache, layers[0])
+    _, values, first_v = held(cache, layers[-1])
+    if keys is None or values is None:
+        return None
+    first = max(first_k, first_v, start)
+    last = min(first_k + keys.shape[2], first_v + values.shape[2], stop)
+    out = torch.full((keys.shape[0], stop - start), ABSENT, dtype=torch.int64, device=keys.device)
+    if last > first:
+        out[:, first - start: last - start] = hasher.pair_hashes(keys[:, :, first - first_k: last - first_k],
+                                                                 values[:, :, first - first_v: last - first_v])
+    return out
