@@ -24,7 +24,7 @@ import torch
 
 from .history import Chains, History
 from .observation import ForwardCall
-from .slots import BLIND, WRITTEN
+from .slots import AMBIGUOUS, BLIND, WRITTEN
 from .violation import Violation
 
 
@@ -62,24 +62,29 @@ def window_call(call: ForwardCall, raw, w: int, kv_offset: int) -> tuple[Forward
 
 
 def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor) -> Chains:
-    """The window call read as chains (Spec §3.12.2): the first attended slot's
-    label gives the chain's position and the hash of its prefix, the rest
-    continues it. ``hashes`` ``[B, T + n]``: the window's columns, as held."""
+    """The window call read as chains (Spec §3.12.2): the first attended slot
+    whose label names its prefix (not one of several writers' content) gives
+    the chain's positions and the hash of the prefix before it; the rest of
+    the window continues it. ``hashes`` ``[B, T + n]``: the window's columns, as held."""
     t, ids = call.cache_length, call.input_ids
     history.hashes = hashes
     attended = call.attention_mask != 0  # [B, T + n]
-    context = history.labels.lookup(hashes[:, :t].reshape(-1)).view(ids.shape[0], t, 4)
-    first = attended.long().argmax(1)  # [B] the first attended column
-    label = context.gather(1, first.clamp(max=max(t - 1, 0))[:, None, None].expand(-1, 1, 4))[:, 0] if t else \
-        context.new_full((ids.shape[0], 4), -1)
-    pinned = (first < t) & attended.any(1) & ((label[:, 3] == WRITTEN) | (label[:, 3] == BLIND))
-    start, base = torch.where(pinned, label[:, 1], 0), torch.where(pinned, label[:, 2], 0)  # [B]
+    b = ids.shape[0]
+    context = history.labels.lookup(hashes[:, :t].reshape(-1)).view(b, t, 4)
+    flag = torch.cat([context[..., 3], torch.full_like(ids, AMBIGUOUS)], 1)
+    pins = attended & ((flag == WRITTEN) | (flag == BLIND))  # slots whose label names their prefix
+    first = pins.long().argmax(1, keepdim=True)  # [B, 1] the first of them
+    pinned = pins.any(1)
     count = attended.cumsum(1)
+    labels = torch.cat([context, context.new_zeros((b, ids.shape[1], 4))], 1).gather(1, first[..., None].expand(-1, -1, 4))[:, 0]
+    start = torch.where(pinned, labels[:, 1] - count.gather(1, first)[:, 0] + 1, 0)  # [B] the window's first position
     rank = torch.where(count > 0, start[:, None] + count - 1, -1)
     token = torch.cat([context[..., 0], ids], 1)
     weights = history.hasher.chain_weights(int(rank.max()) + 1 if rank.numel() else 1, ids.device)
     contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
-    node = base[:, None] + contrib.cumsum(1)
+    node = contrib.cumsum(1)
+    base = torch.where(pinned, labels[:, 2] - (node - contrib).gather(1, first)[:, 0], 0)  # the hash before the window
+    node = base[:, None] + node
     return Chains(history.calls, call, attended, rank, token, node - contrib, node, history, _context=context)
 
 
