@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .draft_lengths import resolve_draft_policy
+from .inputs import as_prompts
 from .driver import checks, drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
@@ -46,9 +47,14 @@ class GenerationResult:
 def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_new_tokens=32,
              batch_size=None, eos_token_id=None, check_invariants=False, window_size=None,
              sort_by_length=None, do_sample=False, temperature=1.0, top_k=None, top_p=None,
-             seed=0) -> GenerationResult:
-    """Decode ``prompts`` (lists of token ids) with ``method`` (Spec §4): a name in
-    ``METHODS``, or a :class:`Method` itself (no registration needed).
+             seed=0, attention_mask=None) -> GenerationResult:
+    """Decode ``prompts`` with ``method`` (Spec §4): a name in ``METHODS``, or a
+    :class:`Method` itself (no registration needed).
+
+    ``prompts``: lists of token ids; or a tokenizer's batch, ``input_ids``
+    ``[B, L]`` with its ``attention_mask`` (either padding side), given as
+    ``prompts=enc`` or ``prompts=enc["input_ids"], attention_mask=...``
+    (:mod:`batchspec.inputs`: pads are dropped, never read as prompt tokens).
 
     Greedy output equals, token for token, the target's own batch-1 greedy
     ``generate`` of each prompt, cut after the first EOS. ``check_invariants``:
@@ -74,6 +80,7 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     ``k``, method and window, and distributed as the warped target's
     sampling (Spec §5.5).
     """
+    prompts = as_prompts(target, prompts, attention_mask)
     sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
                    batch_size, eos_token_id, check_invariants, window_size=window_size,
@@ -99,3 +106,4 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     # with nothing to generate no row runs, and every row stopped at its budget
     stops = [outputs[r].stop or ("length" if max_new_tokens == 0 else None) for r in range(len(prompts))]
     return GenerationResult(sequences, stats, stops, found)
+

@@ -21,6 +21,7 @@ import torch
 
 from .draft_lengths import resolve_draft_policy
 from .driver import checks, clocked, drive
+from .inputs import one_prompt
 from .methods import METHODS, default_window
 from .reference.exspec import EXSPEC_STEPS, ExspecSteps, exspec_round
 from .reference.draft_policy import largest_k
@@ -168,13 +169,16 @@ class Scheduler:
         self.completed: dict[int, RowOutput] = {}
         self.requests: dict[int, Request] = {}
 
-    def submit(self, prompt: list[int], *, max_new_tokens=None, eos_token_id=_DEFAULT) -> int:
-        """Queue ``prompt`` (a list of token ids); return its request id.
+    def submit(self, prompt: list[int], *, max_new_tokens=None, eos_token_id=_DEFAULT, attention_mask=None) -> int:
+        """Queue ``prompt`` (a list of token ids, or one row of a tokenizer's
+        batch, ``input_ids`` ``[L]`` or ``[1, L]`` with its ``attention_mask``,
+        either padding side: :mod:`batchspec.inputs`); return its request id.
 
         ``max_new_tokens`` (default: the scheduler's) and ``eos_token_id``
         (default: the scheduler's; ``None`` for no EOS) are this request's own.
         A request with ``max_new_tokens=0`` completes at once, empty.
         """
+        prompt = one_prompt(self.models.target, prompt, attention_mask)
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         eos = (sorted(self.eos) or None) if eos_token_id is _DEFAULT else eos_token_id
         # a row is cut after the round that reaches its own budget, up to k - 1 positions later (Spec §8.6)

@@ -128,7 +128,7 @@ def check_prompts(prompts, vocab: int) -> None:
     if isinstance(prompts, torch.nn.Module):
         raise TypeError("prompts: got a model (arguments in the wrong order? generate(target, draft, prompts, ...))")
     if not isinstance(prompts, (list, tuple)):
-        hint = "; use .tolist()" if isinstance(prompts, torch.Tensor) else \
+        hint = "; a padded tensor needs its attention_mask" if isinstance(prompts, torch.Tensor) else \
             "; encode text with a tokenizer first" if isinstance(prompts, str) else ""
         raise ValueError(f"prompts must be a list of lists of token ids, got {type(prompts).__name__}{hint}")
     for i, prompt in enumerate(prompts):

@@ -199,7 +199,8 @@ def test_options_of_another_method_are_refused(models, option):
 
 
 @pytest.mark.parametrize("prompts, message", [
-    (torch.tensor([[3, 4]]), "got Tensor; use .tolist()"),
+    (torch.tensor([[0, 3, 4]]), "a tensor holding the pad id 0 and no attention_mask"),
+    (torch.tensor([3, 4]), "one prompt? pass input_ids[None]"),
     ([3, 4, 5], "one prompt? wrap it in a list"),
     ([[3, 4.0]], "prompts[0][1] = 4.0 (float) is not a token id"),
     ([[3, True]], "prompts[0][1] = True (bool)"),
