@@ -1,7 +1,7 @@
 """``batchspec.generate``: the public entry point.
 
 Methods are registered in :mod:`batchspec.methods`; their decoders run under :mod:`batchspec.driver`, which times the
-steps and checks the invariants (style §7).
+steps and checks the invariants (Contributing §4.7).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def controls() -> dict:
     """``{name: (sampler -> sampler, steps)}``: how each negative control changes
     a correct sampler and the round's steps."""
     return {
-        "greedy draft (#30778)": (lambda s: replace(s, propose=lambda q, u: q.argmax(-1)), STEPS),
+        "greedy draft": (lambda s: replace(s, propose=lambda q, u: q.argmax(-1)), STEPS),
         "bonus from the draft": (lambda s: s, replace(STEPS, accept_sampled=_bonus_from_draft)),
         "residual without max(0, ·)": (lambda s: replace(s, residual=lambda p, q: p - q), STEPS),
         "warping p only": (lambda s: s, replace(STEPS, accept_sampled=_warp_p_only)),

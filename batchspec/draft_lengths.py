@@ -7,7 +7,7 @@ and ``Scheduler`` alike (Spec §4.2.2, §4.2.3).
 that keeps drafting while the draft is confident
 (:class:`~batchspec.reference.draft_policy.Confident`, its defaults); or a
 ``Confident(...)`` of the caller's own threshold and cap. The algorithm times
-nothing (style §7): the costs ``"auto"`` needs are measured here, before
+nothing (Contributing §4.7): the costs ``"auto"`` needs are measured here, before
 decoding, by :func:`calibrate`.
 """
 

@@ -1,6 +1,6 @@
 """The driver around the algorithm: it resumes a decoder generator (Spec §4),
 times each step from outside it, counts the calls, and checks the invariants
-on every event (style §7: the algorithm itself never times or prints).
+on every event (Contributing §4.7: the algorithm itself never times or prints).
 
 Both :func:`batchspec.generate` and the online :class:`batchspec.scheduler.Scheduler`
 drive their decoders through :func:`drive`.

@@ -2,7 +2,7 @@
 
 A method turns ``(models, prompts, config)`` into decoder generators (Spec §4);
 :mod:`batchspec.driver` runs them. EQSPEC, the autoregressive baseline, the
-broken alternatives (paper notes §5) and EXSPEC (Spec §8) register here.
+broken alternatives (Paper §5) and EXSPEC (Spec §8) register here.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ class Method:
         name: what messages and statistics call it when it is given to
             ``generate`` itself, unregistered (a registered method goes by
             its key in :data:`METHODS`); ``"custom"`` by default.
+        section: the spec section that defines it (``"4.8"`` for Spec §4.8);
+            every registered method names one, and a test checks that it
+            resolves and that a test runs the method (Contributing §5.2).
     """
 
     decoders: Callable
@@ -92,6 +95,7 @@ class Method:
     options: tuple[str, ...] = ()
     tight_length: bool = False
     name: str = "custom"
+    section: str = ""
 
 
 def static_batches(run):
@@ -117,8 +121,9 @@ def _autoregressive(models, prompts, requests, config):
 
 #: Registry of methods; later modules add theirs with :func:`register_method`.
 METHODS: dict[str, Method] = {
-    "eqspec": Method(static_batches(_eqspec), True, can_sample=True, tight_length=True),
-    "autoregressive": Method(static_batches(_autoregressive), False, can_sample=True, tight_length=True),
+    "eqspec": Method(static_batches(_eqspec), True, can_sample=True, tight_length=True, section="4.8"),
+    "autoregressive": Method(static_batches(_autoregressive), False, can_sample=True, tight_length=True,
+                             section="4.8"),
 }
 
 
@@ -127,8 +132,8 @@ def register_method(name: str, method: Method) -> None:
     METHODS[name] = method
 
 
-for _name, _run in BASELINES.items():  # the broken alternatives, paper notes §5
-    register_method(_name, Method(static_batches(_run), True))
+for _name, (_run, _section) in BASELINES.items():  # the broken alternatives, Paper §5
+    register_method(_name, Method(static_batches(_run), True, section=_section))
 
 
 #: Default window ``W = 4B`` (Spec §8.1); why 4, as measured: docs/design.md, "The EXSPEC window".
@@ -156,4 +161,4 @@ def _exspec(models, prompts, config):
 
 
 register_method("exspec", Method(_exspec, needs_draft=True, can_sample=True, tight_length=True,
-                                  options=("window_size", "sort_by_length")))
+                                  options=("window_size", "sort_by_length"), section="8.4"))

@@ -12,7 +12,7 @@ PHASES = ("draft", "verify", "align", "other")
 @dataclass
 class Stats:
     """What happened, round by round. Times are measured around the algorithm
-    by :mod:`batchspec.api`, never inside it (style §7).
+    by :mod:`batchspec.api`, never inside it (Contributing §4.7).
 
     Attributes:
         method: the name of the method that ran (``"eqspec"``, ``"masking"``, ...).

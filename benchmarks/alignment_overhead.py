@@ -1,7 +1,7 @@
 """What synchronisation costs: EQSPEC's alignment share of decoding time by batch size.
 
 The paper measures alignment overhead growing with batch size, from ~13% of
-decoding time at batch 1 to ~40% at batch 32 (paper notes §3). This prints the
+decoding time at batch 1 to ~40% at batch 32 (Paper §3). This prints the
 same breakdown for our implementation, measured side by side in one run with
 the autoregressive baseline (tokens/s and the speedup over it).
 

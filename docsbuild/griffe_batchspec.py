@@ -14,7 +14,7 @@ Two things the docstrings and the layout do that mkdocstrings cannot render as i
   scope; one that names nothing rendered on the site prints as plain code.
   Done here, at render time, so the docstrings stay as their authors wrote them.
 * Dataclass fields carry their meaning and shape in a trailing comment
-  (``tokens: torch.Tensor  # [B, L] ...``, style §4); griffe reads no comments,
+  (``tokens: torch.Tensor  # [B, L] ...``, Contributing §4.4); griffe reads no comments,
   so a field without a docstring gets that comment as its docstring and the
   page lists it with its shape.
 """

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from inspect import signature
+
 from .fields import require_fields
 from .ledger import Ledger
 from .memo import Memo
 from .observation import KVOracle, Observation
-from .registry import INVARIANTS, OPTIONS
+from .registry import INVARIANTS
 from .violation import InvariantViolation, Violation
 
 
@@ -28,11 +30,21 @@ def violations(obs: Observation, oracle: KVOracle | None = None, registry=INVARI
     options = {"oracle": oracle, "ledger": ledger, "memo": memo}
     out: list[Violation] = []
     for _id, predicate in registry:
-        out.extend(predicate(obs, **{name: options[name] for name in OPTIONS.get(predicate, ())}))
+        out.extend(predicate(obs, **{name: options[name] for name in reads(predicate)}))
     if ledger is not None:
         ledger.remember_commits(obs)
     memo.forget_calls()
     return out
+
+
+def reads(predicate) -> tuple[str, ...]:
+    """The checker's options (``oracle``, ``ledger``, ``memo``) that ``predicate`` names as
+    parameters: a predicate asks for what it reads in its own signature, so that its
+    registry entry is one ``(id, predicate)`` pair (Spec §3.11)."""
+    return tuple(name for name in signature(predicate).parameters if name in OPTION_NAMES)
+
+
+OPTION_NAMES = ("oracle", "ledger", "memo")
 
 
 def check(obs: Observation, oracle: KVOracle | None = None, registry=INVARIANTS,

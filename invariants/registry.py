@@ -2,9 +2,12 @@
 
 Like the INVARIANTS list of a TLA+ model config: one tuple, in order. Each
 entry is ``(id, predicate)``; every predicate is a pure function
-``(Observation, **options) -> list[Violation]``. The checks that need the
-run's history (I6, I7) read it from a :class:`~batchspec.invariants.ledger.Ledger`
-passed as an option; without one they are off (the structural mode).
+``(Observation, **options) -> list[Violation]``, and names in its signature the
+options it reads (``oracle``, ``ledger``, ``memo``; see
+:func:`~batchspec.invariants.checker.reads`), so one entry here is all the
+registration an invariant needs. The checks that need the run's history (I6,
+I7) read it from a :class:`~batchspec.invariants.ledger.Ledger` passed as an
+option; without one they are off (the structural mode).
 """
 
 from __future__ import annotations
@@ -27,14 +30,3 @@ INVARIANTS = (
     ("I7", committed_stream),
     ("I8", sampled_verification),
 )
-
-#: Which options each predicate reads besides the observation: the run's ledger, the
-#: semantic oracle, the checker's :class:`~batchspec.invariants.memo.Memo`.
-OPTIONS = {
-    rectangular_alignment: ("memo",),
-    position_continuity: ("memo",),
-    cache_correspondence: ("oracle",),
-    draft_target_sync: ("memo",),
-    cache_provenance: ("ledger", "memo"),
-    committed_stream: ("ledger",),
-}

@@ -4,7 +4,7 @@ I1–I4 say that every row's grid, positions and caches describe its committed
 stream. None of them says that the stream is the *target's*: a decoder that
 commits the draft's token instead of the target's bonus keeps every cache in
 step with its (wrong) stream. I5 closes that gap for greedy decoding, on the
-tensors the target really returned (style §3), not on a re-derivation.
+tensors the target really returned (Contributing §4.3), not on a re-derivation.
 """
 
 from __future__ import annotations

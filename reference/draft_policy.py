@@ -5,7 +5,7 @@ tokens costs clearly more than one over ``B`` tokens (a CPU, a large batch),
 the best ``k`` shrinks with the batch, down to plain decoding (BSP chose
 ``k`` from the batch size). :class:`AutoK` chooses ``k'`` before each round
 from per-call costs it is *given* (a table measured before decoding, by the
-caller; the algorithm never times anything, style §7) and the acceptance it
+caller; the algorithm never times anything, Contributing §4.7) and the acceptance it
 has seen so far. Under greedy verification the choice cannot change the
 output (Spec §5.2 holds for every ``k'``), only the speed.
 """

@@ -1,4 +1,4 @@
-"""EQSPEC: synchronise the batch after every round (Spec §4, paper §3).
+"""EQSPEC: synchronise the batch after every round (Spec §4, Paper §3).
 
 The algorithm is a generator of :class:`Event` s, one after every step. It
 does no timing and no printing: the caller (``batchspec.api``) times the
@@ -41,7 +41,7 @@ STEPS = Steps()
 
 @dataclass
 class RoundRecord:
-    """What one round did, for statistics and traces (style §7)."""
+    """What one round did, for statistics and traces (Contributing §4.7)."""
 
     round: int
     requests: list[int]  # rows at the start of the round

@@ -1,4 +1,4 @@
-"""EXSPEC: avoid the synchronisation by scheduling (Spec §8, paper §4).
+"""EXSPEC: avoid the synchronisation by scheduling (Spec §8, Paper §4).
 
 A pool of active sequences, each with its own batch-1 caches, ragged between
 rounds. Each round a policy picks up to ``B`` members of a sliding window of

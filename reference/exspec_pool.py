@@ -146,7 +146,7 @@ def form(models, members: list[Member], round_: int, reuse: tuple = (None, None)
     ``reuse``: the previous batch's ``(target, draft)`` caches, whose storage
     this batch overwrites when it is large enough (:func:`~.rows.stack`).
 
-    Equal lengths (paper §4, Corollaries B.2/B.3): the members are stacked as
+    Equal lengths (Paper §4, Corollaries B.2/B.3): the members are stacked as
     they are — no padding change, no position recompute, no cache shift.
     Otherwise the fallback is EQSPEC's layout: left-pad every row to the
     longest, ``p_i = L - c_i``, and shift its caches by ``δ_i = p_i``.

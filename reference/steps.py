@@ -2,7 +2,7 @@
 
 Every forward call goes through :func:`forward`, which records what the model
 was really given (tokens, mask, positions, cache length) so that the
-invariants check the tensors actually used, not a re-derivation (style §3).
+invariants check the tensors actually used, not a re-derivation (Contributing §4.3).
 """
 
 from __future__ import annotations

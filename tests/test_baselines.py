@@ -1,4 +1,4 @@
-"""The broken alternatives (paper notes §5) as methods of ``batchspec.generate``.
+"""The broken alternatives (Paper §5) as methods of ``batchspec.generate``.
 
 Each baseline is checked against the paper's account of it: where it fails,
 which invariant names the failure and at which round, and (rollback) that

@@ -69,7 +69,7 @@ return {
 """
 
 
-# Run in the page after load: what a reader could not read (issue 24). Images: the
+# Run in the page after load: what a reader could not read. Images: the
 # scale they are shown at (displayed / natural width), whether they sit in a zoom,
 # whether they stick out of a box that hides them. Code, printed output and the
 # viewer's tables: wider than their box without scrolling, or cut off by a box

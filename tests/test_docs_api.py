@@ -103,7 +103,7 @@ def test_module_headings_get_their_full_path_only():
 
 
 def test_the_api_page_opens_with_the_four_entry_points(docs_site):
-    """generate, Scheduler, watch and audit first (issue 24), linked, then generate's own entry."""
+    """generate, Scheduler, watch and audit first, linked, then generate's own entry."""
     api = page(docs_site, "batchspec")
     first = re.search(r'<h[2-6] id="(batchspec[.\w]*)" class="doc doc-heading"', api).group(1)
     assert first == "batchspec.generate"

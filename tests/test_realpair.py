@@ -9,7 +9,7 @@ for float64) and take minutes on a 2-core CPU. Run them with::
 Otherwise every test here is skipped with that message. The default CI never
 downloads the pair.
 
-Exactness is judged the way the paper does (paper notes §6) — batch-4 output
+Exactness is judged the way the paper does (Paper §6) — batch-4 output
 against the target's own batch-1 greedy ``generate`` — but a mismatch is not
 waved away as "floating-point non-determinism": it passes only where the first
 differing token was a near-tie for the target at that prefix (``TIE`` below),

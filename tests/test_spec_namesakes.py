@@ -1,4 +1,4 @@
-"""One hop from the spec to the code (style §6): names, checked.
+"""One hop from the spec to the code (Contributing §4.6): names, checked.
 
 * every function or class a Python block of the spec defines at top level
   has a namesake in ``reference/`` or ``invariants/``: a function, a class,

@@ -9,7 +9,11 @@
   same name registered under the same id in ``invariants/registry.py``, and
   a test other than this file names that predicate; a reserved invariant
   heading may have neither yet, and the registry has no invariant the spec
-  lacks.
+  lacks;
+* every registered decoding method names a spec section that exists, and a
+  test other than this file runs it by name.
+
+Both registration checks are shown failing on a synthetic registration.
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ def test_every_citation_exists():
 
 def test_citation_pattern():
     assert CITATION.findall("(Spec §4.4, §4.5).") == ["§4.4, §4.5"]
-    text = "EQSPEC (Spec §4, paper §3). Spec §2.2 and §2.3"
+    text = "EQSPEC (Spec §4, Paper §3). Spec §2.2 and §2.3"
     assert [re.findall(r"§(\d+(?:\.\d+)*)", g) for g in CITATION.findall(text)] == [["4"], ["2.2", "2.3"]]
 
 
@@ -139,18 +143,72 @@ def spec_invariants() -> dict[str, str | None]:
     return out
 
 
-def test_every_invariant_has_a_predicate_and_a_test():
-    from batchspec.invariants import INVARIANTS
+def other_test_files() -> dict[str, str]:
+    """Every test module but this one, by name: where a registration must find its test."""
+    return {p.name: p.read_text() for p in (ROOT / "tests").rglob("test_*.py") if p.name != Path(__file__).name}
 
-    registry = {i: p.__name__ for i, p in INVARIANTS}
-    invariants = spec_invariants()
-    assert {"I1", "I2", "I3", "I4"} <= set(invariants)
+
+def invariant_problems(registry: dict[str, str], invariants: dict[str, str | None],
+                       tests: dict[str, str]) -> list[str]:
+    """What is missing for each registered invariant (id -> predicate name): its spec
+    section (a heading ``§3.n In``, whose block defines the same predicate) and a test
+    that names the predicate (Contributing §5.1)."""
     stated = {i: name for i, name in invariants.items() if name is not None}
     problems = [f"{i}: the spec's predicate {name!r}, the registry's {registry.get(i)!r}"
                 for i, name in stated.items() if registry.get(i) != name]
     problems += [f"{i}: registered, not in spec §3" for i in registry if i not in invariants]
-    tests = {p: p.read_text() for p in (ROOT / "tests").glob("test_*.py") if p.name != Path(__file__).name}
-    for i, name in stated.items():
+    for i, name in registry.items():
         if not any(re.search(rf"\b{name}\b", text) for text in tests.values()):
             problems.append(f"{i}: no test names {name}")
+    return problems
+
+
+def test_every_invariant_has_a_predicate_and_a_test():
+    from batchspec.invariants import INVARIANTS
+
+    invariants = spec_invariants()
+    assert {"I1", "I2", "I3", "I4"} <= set(invariants)
+    problems = invariant_problems({i: p.__name__ for i, p in INVARIANTS}, invariants, other_test_files())
     assert not problems, "\n".join(problems)
+
+
+def test_an_invariant_registered_without_its_section_or_test_fails():
+    from batchspec.invariants import INVARIANTS
+
+    registry = {i: p.__name__ for i, p in INVARIANTS}
+    invariants, tests = spec_invariants(), other_test_files()
+    assert invariant_problems({**registry, "I9": "made_up_invariant"}, invariants, tests) == [
+        "I9: registered, not in spec §3", "I9: no test names made_up_invariant"]
+    with_section = {**invariants, "I9": "made_up_invariant"}  # a section, still no test
+    assert invariant_problems({**registry, "I9": "made_up_invariant"}, with_section, tests) == [
+        "I9: no test names made_up_invariant"]
+
+
+def method_problems(methods: dict[str, str], sections: set[str], tests: dict[str, str]) -> list[str]:
+    """What is missing for each registered method (name -> its ``Method.section``): a
+    section that spec/ has, and a test that runs the method by name (Contributing §5.2)."""
+    problems = [f"{name}: section {section!r} is not a heading of spec/"
+                for name, section in methods.items() if section not in sections]
+    for name in methods:
+        if not any(re.search(rf"""["']{re.escape(name)}["']""", text) for text in tests.values()):
+            problems.append(f"{name}: no test names the method {name!r}")
+    return problems
+
+
+def test_every_method_has_a_section_and_a_test():
+    from batchspec import METHODS
+
+    methods = {name: method.section for name, method in METHODS.items()}
+    assert {"eqspec", "autoregressive", "exspec", "masking", "rollback", "dsd"} <= set(methods)
+    problems = method_problems(methods, set(section_ids()), other_test_files())
+    assert not problems, "\n".join(problems)
+
+
+def test_a_method_registered_without_its_section_or_test_fails():
+    from batchspec import METHODS
+
+    methods = {name: method.section for name, method in METHODS.items()}
+    sections, tests = set(section_ids()), other_test_files()
+    assert method_problems({**methods, "made_up": ""}, sections, tests) == [
+        "made_up: section '' is not a heading of spec/", "made_up: no test names the method 'made_up'"]
+    assert method_problems({**methods, "made_up": "4.8"}, sections, {**tests, "test_x.py": 'method="made_up"'}) == []

@@ -185,7 +185,7 @@ def smallest_text_px(fig) -> float:
 
 
 def test_every_picture_reads_at_actual_size():
-    """Legible on the site (issue 24): no text smaller than MIN_TEXT_PX (12.5 px) in the
+    """Legible on the site: no text smaller than MIN_TEXT_PX (12.5 px) in the
     PNG, and by default no wider than the docs' notebook column, where the site shows
     it at the size it was drawn (tests/test_browser.py checks that side)."""
     import io
@@ -210,7 +210,7 @@ def test_every_picture_reads_at_actual_size():
 
 def test_the_realignment_arrows_stay_in_their_row():
     """Tutorial 5's picture: each row's arrows run from its "before" line to its "after"
-    line, with room between the lines, so no two rows' arrows cross (issue 24)."""
+    line, with room between the lines, so no two rows' arrows cross."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -6,7 +6,7 @@
 # about a *distribution*: the output is distributed exactly as sampling from
 # the target. Such claims are usually checked only statistically, and they do
 # break silently: forcing a greedy assistant in Hugging Face's assisted
-# generation changed the distribution (transformers #30778, reverted in #33534).
+# generation changed the distribution (transformers #30778, reverted in transformers #33534).
 #
 # batchspec makes sampled output checkable token for token again (Spec §4.3.2).
 # Every random number is **keyed** by the request, the absolute position in its
@@ -144,7 +144,7 @@ for name in [None] + list(controls()):
 for name, curve in curves.items():
     print(f"{name:<28} TV at n = 125: {curve[0]:.3f}   at n = 8000: {curve[-1]:.3f}   ratio {curve[0] / curve[-1]:.1f}")
 method = curves["speculative sampling"]
-for name in ["greedy draft (#30778)", "bonus from the draft", "residual without max(0, ·)", "warping p only"]:
+for name in ["greedy draft", "bonus from the draft", "residual without max(0, ·)", "warping p only"]:
     assert curves[name][-1] > 3 * method[-1], name  # each biased control levels off far above the method
 
 colors = ["#000000", "#D55E00", "#E69F00", "#CC79A7", "#56B4E9", "#009E73"]

@@ -2,7 +2,7 @@
 
 Both the ``"auto"`` draft-length policy (Spec §4.2.2) and the benchmark's
 ideal speedup are built on this table. Timing lives here, outside the
-algorithm (style §7): the reference code only receives the numbers.
+algorithm (Contributing §4.7): the reference code only receives the numbers.
 """
 
 from __future__ import annotations

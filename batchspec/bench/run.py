@@ -1,7 +1,7 @@
 """The benchmark grid: methods × batch sizes × ``k``, repeated in interleaved
 order, every output checked against the target's batch-1 greedy output.
 
-Timing happens here, around whole calls, never inside the algorithm (style §7).
+Timing happens here, around whole calls, never inside the algorithm (Contributing §4.7).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The paper's model pairs as named presets, loaded from the local Hugging Face cache.
 
-Paper notes §6: Vicuna-7B/68M, Qwen3-8B/0.6B, GLM-4-9B/0.6B. Nothing is
+Paper §6: Vicuna-7B/68M, Qwen3-8B/0.6B, GLM-4-9B/0.6B. Nothing is
 downloaded unless the caller passes ``allow_download=True``: otherwise a
 missing repository raises :class:`MissingModelError` naming the repository ids
 and the files that are not in the cache, with the command that fetches them.
@@ -42,11 +42,11 @@ class HubPair:
 
 PRESETS = {
     "vicuna-7b-68m": HubPair("vicuna-7b-68m", "lmsys/vicuna-7b-v1.3", "double7/vicuna-68m",
-                             "Vicuna-7B v1.3 with the 68M Vicuna draft (paper §6, Llama)"),
+                             "Vicuna-7B v1.3 with the 68M Vicuna draft (Paper §6, Llama)"),
     "qwen3-8b-0.6b": HubPair("qwen3-8b-0.6b", "Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B",
-                             "Qwen3-8B with Qwen3-0.6B (paper §6)"),
+                             "Qwen3-8B with Qwen3-0.6B (Paper §6)"),
     "glm4-9b-0.6b": HubPair("glm4-9b-0.6b", "zai-org/GLM-4-9B-0414", "jukofyork/GLM-4.5-DRAFT-0.6B-v3.0",
-                            "GLM-4-9B-0414 with a 0.6B GLM-vocabulary draft (paper §6)"),
+                            "GLM-4-9B-0414 with a 0.6B GLM-vocabulary draft (Paper §6)"),
 }
 
 

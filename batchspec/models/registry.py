@@ -8,7 +8,7 @@ tiny-qwen3         random tiny Qwen3, perturbed draft            built from a se
 tiny-glm4          random tiny GLM-4, perturbed draft            built from a seed
 default            byte-level pair trained on the stdlib         shipped in the package
 qwen2.5-coder      Qwen2.5-Coder 1.5B / 0.5B Instruct            ``batchspec models fetch``
-vicuna-7b-68m      paper §6 pairs (see :mod:`.presets`)          local Hugging Face cache
+vicuna-7b-68m      Paper §6 pairs (see :mod:`.presets`)          local Hugging Face cache
 qwen3-8b-0.6b
 glm4-9b-0.6b
 =================  ============================================  ====================

@@ -1,4 +1,4 @@
-"""The broken (and the merely wasteful) alternatives to EQSPEC (Spec §6, paper notes §5).
+"""The broken (and the merely wasteful) alternatives to EQSPEC (Spec §6, Paper §5).
 
 Each module is one way to batch speculative decoding that the paper measured
 against; ``batchspec.generate(..., method=name)`` runs them through the same
@@ -13,12 +13,13 @@ holds:
   fails I5 at the first rejection even at ``B = 1``, and I1 as soon as a row
   is padded.
 
-``BASELINES`` maps each name to ``decode(models, prompts, requests, config)``
-(a decoder generator per batch, see ``batchspec.api.Method``).
+``BASELINES`` maps each name to ``(decode, section)``: ``decode(models,
+prompts, requests, config)`` returns a decoder generator per batch (see
+``batchspec.api.Method``), and ``section`` is the spec section that defines it.
 """
 
 from . import dsd, masking, rollback
 
-BASELINES = {"masking": masking.decode, "rollback": rollback.decode, "dsd": dsd.decode}
+BASELINES = {"masking": (masking.decode, "6.1"), "rollback": (rollback.decode, "6.2"), "dsd": (dsd.decode, "6.3")}
 
 __all__ = ["BASELINES"]

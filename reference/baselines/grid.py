@@ -1,4 +1,4 @@
-"""The fixed grid that the masking and DSD baselines share (paper notes §5).
+"""The fixed grid that the masking and DSD baselines share (Paper §5).
 
 EQSPEC's :class:`~batchspec.reference.state.BatchState` derives the mask and
 the positions from the integers ``p_i``; it cannot even represent what these
@@ -6,7 +6,7 @@ baselines do. The :class:`Grid` here holds an explicit attention mask, which
 the masking baseline punches holes into and the DSD baseline leaves all ones,
 and a :class:`Layout` says how each baseline builds the masks and position
 ids it feeds. :func:`observe` records exactly those tensors, so the
-invariants (Spec §3) judge what the baseline really did (style §3).
+invariants (Spec §3) judge what the baseline really did (Contributing §4.3).
 
 Cache layout as in Spec §2.3: each cache covers grid slots ``0 .. S-2``; the
 newest token of every row sits in slot ``S-1`` and leads the next call.
