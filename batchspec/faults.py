@@ -114,7 +114,7 @@ def _append_keep_rejected(state, verdict, plan):
 def _append_permuted(state, verdict, plan):
     """The realignment takes each cache row from the wrong batch row
     (rolled by one) while the grid keeps the right order."""
-    if not plan.moves:
+    if not plan.realigns:
         unpad_append_repad(state, verdict, plan)
         return
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)
