@@ -27,7 +27,7 @@ from .reference.eqspec import STEPS, Steps, decode
 from .reference.moves import take_slots
 from .reference.state import FILLER
 from .reference.storage import cache_length
-from .reference.steps import unpad_append_repad
+from .reference.transitions import unpad_append_repad
 
 
 @dataclass(frozen=True)

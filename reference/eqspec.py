@@ -12,10 +12,10 @@ from typing import Generator
 
 import torch
 
-from . import acceptance, state as layout, steps as transitions
+from . import acceptance, state as layout, transitions
 from .draft_policy import draft_length, observe_round, stops_while_drafting
 from .state import BatchState, RowOutput
-from .steps import Models, Round
+from .transitions import Models, Round
 
 
 @dataclass(frozen=True)

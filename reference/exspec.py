@@ -28,7 +28,7 @@ from .draft_policy import draft_length, observe_round
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import BatchState, RowOutput
-from .steps import Models
+from .transitions import Models
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def test_refinement_check_can_fail(spec):
     import dataclasses
 
     from batchspec.reference import STEPS
-    from batchspec.reference import steps as transitions
+    from batchspec.reference import transitions
 
     def lazy(state, verdict, plan):
         transitions.unpad_append_repad(state, verdict, plan)
