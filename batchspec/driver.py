@@ -62,7 +62,7 @@ def drive(decoder, stats: Stats, mode, oracle, found: list, device, ledger=None)
                 stats.draft_calls += 1
         if event.record is not None:
             stats.rounds += 1
-            stats.realignments += event.record.moved
+            stats.realignments += event.record.realigned
             stats.per_round.append(event.record)
         if mode and event.state.batch:
             check_start = time.perf_counter()

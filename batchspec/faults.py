@@ -27,7 +27,7 @@ from .reference.eqspec import STEPS, Steps, decode
 from .reference.moves import take_slots
 from .reference.state import FILLER
 from .reference.storage import cache_length
-from .reference.steps import unpad_append_repad
+from .reference.transitions import unpad_append_repad
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _append_keep_rejected(state, verdict, plan):
 def _append_permuted(state, verdict, plan):
     """The realignment takes each cache row from the wrong batch row
     (rolled by one) while the grid keeps the right order."""
-    if not plan.moves:
+    if not plan.realigns:
         unpad_append_repad(state, verdict, plan)
         return
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)

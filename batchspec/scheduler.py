@@ -28,7 +28,7 @@ from .reference.draft_policy import largest_k
 from .reference.exspec_policy import Policy, laggards_first
 from .reference.exspec_pool import Pool
 from .reference.state import RowOutput
-from .reference.steps import Models
+from .reference.transitions import Models
 from .stats import Stats
 from .validate import eos_ids, require_int, validate, window
 

@@ -64,7 +64,7 @@ class Stats:
     @property
     def tokens_per_target_call(self) -> float:
         """Committed tokens per row per target verification call, ``1 .. k+1``."""
-        committed = sum(sum(r.committed) for r in self.per_round)
+        committed = sum(sum(r.appended) for r in self.per_round)
         return committed / self.row_rounds if self.row_rounds else 0.0
 
     @property

@@ -51,10 +51,10 @@ Format (``batchspec-trace``, version 2; version 1 named ``layer0_sum``
     recorded (``[own request, s - δ_i]`` after a correct realignment);
 * ``decision``: null except on the step that ends a round (``"align"`` or
   ``"finish"``): ``{"round", "requests" [B] (rows at the start of the round),
-  "drafted" k', "accepted" [B] m_i, "committed" [B] a_i, "bonus" [B] (the
+  "drafted" k', "accepted" [B] m_i, "appended" [B] a_i, "bonus" [B] (the
   target's token after the accepted drafts, or null when EOS or the budget
   cut the row first), "delta" [B] δ_i = p'_i - p_i (null for a row that
-  left), "leaving" [requests], "width" L', "moved" bool, "wasted" [B] or null
+  left), "leaving" [requests], "width" L', "realigned" bool, "wasted" [B] or null
   (rollback), "grouped" bool or null and "waiting" [requests] or null (EXSPEC:
   the batch was one same-length group; the pool's requests left out)}``;
 * ``violations``: ``[{"invariant", "name", "round", "step", "row",
@@ -258,7 +258,7 @@ def _written(calls, model) -> dict:
 
 def _decision(record, verify: dict | None, after: dict | None) -> dict:
     """What the round decided: the record's counts plus bonus, δ_i and the rows leaving."""
-    m, a = list(record.accepted), list(record.committed)
+    m, a = list(record.accepted), list(record.appended)
     committed = (verify or {}).get("committed") or [[] for _ in m]
     bonus = [row[m_i] if len(row) > m_i else None for row, m_i in zip(committed, m)]
     pad_before = dict(zip(verify["requests"], verify["pad"])) if verify else {}
@@ -266,10 +266,13 @@ def _decision(record, verify: dict | None, after: dict | None) -> dict:
     delta = [pad_after[r] - pad_before[r] if r in pad_after and r in pad_before else None
              for r in record.requests]
     return {"round": record.round, "requests": list(record.requests), "drafted": record.drafted,
-            "accepted": m, "committed": a, "bonus": bonus, "delta": delta,
+            "accepted": m, "appended": a, "bonus": bonus, "delta": delta,
             "leaving": [r for r in record.requests if r not in pad_after], "width": record.width,
-            "moved": bool(record.moved), "wasted": plain(getattr(record, "wasted", None)),
-            "grouped": getattr(record, "grouped", None), "waiting": plain(getattr(record, "waiting", None))}
+            "realigned": bool(record.realigned), "wasted": plain(getattr(record, "wasted", None)),
+            "grouped": getattr(record, "grouped", None), "waiting": plain(getattr(record, "waiting", None)),
+            # the former name of "appended", read by tutorial 02 alone: it goes when that tutorial's
+            # real-pair page (docs/real-pair/) is executed again; elsewhere "committed" means tokens
+            "committed": a}
 
 
 def _tap(decoder, recorder: Recorder, batch: int):

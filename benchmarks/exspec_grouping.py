@@ -93,7 +93,7 @@ def padding_per_round(records, prompts: list[list[int]]) -> float:
     for record in records:
         c = [length[r] for r in record.requests]
         total += len(c) * max(c) - sum(c)
-        for r, a in zip(record.requests, record.committed):
+        for r, a in zip(record.requests, record.appended):
             length[r] += a
     if all(hasattr(r, "padding") for r in records):  # EXSPEC records its own: they must agree
         assert total == sum(r.padding for r in records), "replayed padding differs from the records"

@@ -9,6 +9,6 @@ never times or prints.
 
 from .eqspec import STEPS, Event, RoundRecord, Steps, decode
 from .observe import observation
-from .steps import Models
+from .transitions import Models
 
 __all__ = ["STEPS", "Steps", "Event", "Models", "RoundRecord", "decode", "observation"]

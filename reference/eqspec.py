@@ -12,10 +12,10 @@ from typing import Generator
 
 import torch
 
-from . import acceptance, state as layout, steps as transitions
+from . import acceptance, state as layout, transitions
 from .draft_policy import draft_length, observe_round, stops_while_drafting
 from .state import BatchState, RowOutput
-from .steps import Models, Round
+from .transitions import Models, Round
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ class RoundRecord:
     requests: list[int]  # rows at the start of the round
     drafted: int  # k'
     accepted: list[int]  # m_i, drafts accepted
-    committed: list[int]  # a_i, tokens appended (after EOS / budget cuts)
+    appended: list[int]  # a_i: how many tokens each row committed (after EOS / budget cuts)
     width: int  # L' after the round
-    moved: bool  # the caches were realigned (some δ_i != 0 or a row left), not only cropped
+    realigned: bool  # the caches were realigned (some δ_i != 0 or a row left), not only cropped
     wasted: list[int] | None = None  # verified tokens thrown away per row (rollback baseline)
     alpha: list[list[float]] | None = None  # per row, Σ min(p, q) at each drafted slot (sampling)
     probed: list[int] | None = None  # k' = 0: per row, 1 if a one-token draft would have been accepted
@@ -164,7 +164,7 @@ def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
     # 5. Unpad - append - repad; shift both caches by δ_i (Spec §4.4, §4.5).
     plan = steps.repad(state.pad, state.length, spec.a, ~spec.finished)
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
-                         spec.a.tolist(), plan.width, plan.moves and plan.rows.numel() > 0,
+                         spec.a.tolist(), plan.width, plan.realigns and plan.rows.numel() > 0,
                          alpha=alphas(spec.verdict), probed=spec.probed)
     observe_round(k, record)
     if plan.rows.numel() == 0:  # every row finished: nothing left to align

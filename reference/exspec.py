@@ -28,7 +28,7 @@ from .draft_policy import draft_length, observe_round
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import BatchState, RowOutput
-from .steps import Models
+from .transitions import Models
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
         yield Event("other", "align", member, [], observe=lambda m=member, r=pool.round: m.observation(r))
     pool.settle(chosen, released)
     record = ExspecRecord(round=pool.round, requests=list(state.requests), drafted=spec.rnd.k,
-                          accepted=verdict.accepted_drafts.tolist(), committed=a.tolist(),
-                          width=state.width, moved=realigned, grouped=not realigned,
+                          accepted=verdict.accepted_drafts.tolist(), appended=a.tolist(),
+                          width=state.width, realigned=realigned, grouped=not realigned,
                           padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict),
                           probed=spec.probed)
     observe_round(k, record)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)

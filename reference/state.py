@@ -94,7 +94,7 @@ class Repad:
     length: torch.Tensor  # [B'] c_i + a_i
     delta: torch.Tensor  # [B'] δ_i
     dropped: bool  # some row left the batch
-    moves: bool  # some row left or some δ_i != 0; False: nothing needs to move (Spec §5.3:
+    realigns: bool  # some row left or some δ_i != 0; False: nothing needs to move (Spec §5.3:
     #              always the case at B = 1 or when all a_i are equal and every row stays)
 
     @property
@@ -105,15 +105,15 @@ class Repad:
         return (slot[None, :] - self.delta[:, None]).clamp(min=0)
 
 
-def repad(pad: torch.Tensor, length: torch.Tensor, committed: torch.Tensor, keep: torch.Tensor) -> Repad:
+def repad(pad: torch.Tensor, length: torch.Tensor, a: torch.Tensor, keep: torch.Tensor) -> Repad:
     """Unpad–append–repad arithmetic for kept rows (Spec §4.4).
 
-    ``pad``/``length``/``committed`` are ``[B]`` (``committed`` is ``a_i``,
-    the tokens each row commits this round), ``keep`` a ``[B]`` bool of rows
+    ``pad``/``length``/``a`` are ``[B]`` (``a`` is ``a_i``, how many
+    tokens each row commits this round), ``keep`` a ``[B]`` bool of rows
     that stay.
     """
     rows = keep.nonzero().flatten()
-    new_length = (length + committed)[rows]
+    new_length = (length + a)[rows]
     new_width = int(new_length.max()) if rows.numel() else 0
     new_pad = new_width - new_length
     delta = new_pad - pad[rows]

@@ -64,7 +64,7 @@ def rounds(result, prompts):
     for t, rec in enumerate(records):
         staying = set(records[t + 1].requests) if t + 1 < len(records) else set()
         tokens = {}
-        for request, a in zip(rec.requests, rec.committed):
+        for request, a in zip(rec.requests, rec.appended):
             tokens[request] = result.sequences[request][offsets[request]: offsets[request] + a]
             offsets[request] += a
         out.append((rec, width, staying, tokens))
@@ -75,7 +75,7 @@ def rounds(result, prompts):
 def first_ragged_round(result, prompts) -> int | None:
     """The first round whose staying rows commit different numbers of tokens."""
     for rec, _, staying, _ in rounds(result, prompts):
-        counts = {a for r, a in zip(rec.requests, rec.committed) if r in staying}
+        counts = {a for r, a in zip(rec.requests, rec.appended) if r in staying}
         if len(counts) > 1:
             return rec.round
     return None

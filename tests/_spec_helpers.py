@@ -111,7 +111,7 @@ class Compare:
 
     def __init__(self, spec, oracle):
         self.spec, self.oracle, self.fresh = spec, oracle, {}
-        self.steps, self.moved = 0, False
+        self.steps, self.realigned = 0, False
 
     def __call__(self, event, obs) -> None:
         self.steps += 1
@@ -120,9 +120,9 @@ class Compare:
         assert state.batch == len(batch.tokens), f"{state.batch} rows != {len(batch.tokens)}"
         if event.record is not None:
             r = event.record
-            self.moved |= r.moved
-            assert (r.drafted, r.accepted, r.committed, r.width, r.moved) == tuple(
-                obs.record[n] for n in ("drafted", "accepted", "committed", "width", "moved")), (r, obs.record)
+            self.realigned |= r.realigned
+            assert (r.drafted, r.accepted, r.appended, r.width, r.realigned) == tuple(
+                obs.record[n] for n in ("drafted", "accepted", "appended", "width", "realigned")), (r, obs.record)
         if not state.batch:
             return
         pad = state.pad.tolist()
@@ -138,15 +138,15 @@ class Compare:
         assert len(event.calls) == len(obs.calls), ("calls", len(event.calls), len(obs.calls))
         for real, call in zip(event.calls, obs.calls):
             assert (real.model, real.cache_length) == (call.model, call.cache_length), ("call", real.model, call.model)
-            assert real.input_ids.tolist() == call.inputs, (call.model, "inputs", real.input_ids.tolist(), call.inputs)
-            assert real.attention_mask.tolist() == call.mask, (call.model, "mask", real.attention_mask.tolist(), call.mask)
-            assert real.position_ids.tolist() == call.positions, (
-                call.model, "positions", real.position_ids.tolist(), call.positions)
+            assert real.input_ids.tolist() == call.input_ids, (call.model, "inputs", real.input_ids.tolist(), call.input_ids)
+            assert real.attention_mask.tolist() == call.attention_mask, (call.model, "mask", real.attention_mask.tolist(), call.attention_mask)
+            assert real.position_ids.tolist() == call.position_ids, (
+                call.model, "positions", real.position_ids.tolist(), call.position_ids)
             logits = getattr(real, "logits", None)  # [B, n or kept, V]
             if logits is not None:  # compare the predictions after attended inputs (padding's are noise)
-                kept, width = logits.shape[1], len(call.mask[0])
-                for i, (got, out) in enumerate(zip(logits.argmax(-1).tolist(), call.outputs)):
-                    attended = call.mask[i][width - kept:]
+                kept, width = logits.shape[1], len(call.attention_mask[0])
+                for i, (got, out) in enumerate(zip(logits.argmax(-1).tolist(), call.logits)):
+                    attended = call.attention_mask[i][width - kept:]
                     assert [g for g, m in zip(got, attended) if m] == [o for o, m in zip(out[len(out) - kept:], attended) if m], (
                         call.model, "predictions of row", i, got, out)
         caches = {"target": state.target_cache, "draft": state.draft_cache}

@@ -49,17 +49,17 @@ def test_rollback_counts_the_verified_tokens_it_throws_away():
     result = run("rollback", RAGGED_AT_2)
     first, second = result.stats.per_round[:2]
     # Round 1 is EQSPEC's round 1 (every row commits k + 1 = 4): nothing to cut.
-    assert (first.committed, first.wasted) == ([4, 4, 4], [0, 0, 0])
+    assert (first.appended, first.wasted) == ([4, 4, 4], [0, 0, 0])
     # Round 2 starts from EQSPEC's state after round 1, where rows verify 4, 2 and 2
     # tokens; rollback keeps the minimum, 2, and throws away 2 verified tokens of row 0.
-    assert correct_run("qwen3", RAGGED_AT_2).stats.per_round[1].committed == [4, 2, 2]
-    assert (second.committed, second.wasted) == ([2, 2, 2], [2, 0, 0])
+    assert correct_run("qwen3", RAGGED_AT_2).stats.per_round[1].appended == [4, 2, 2]
+    assert (second.appended, second.wasted) == ([2, 2, 2], [2, 0, 0])
     assert result.stats.wasted_tokens == sum(sum(r.wasted) for r in result.stats.per_round) >= 2
     assert result.stats.as_dict()["wasted_tokens"] == result.stats.wasted_tokens
     # every round, the rows that stay commit the same count: no cache row ever shifts
     for t, rec in enumerate(result.stats.per_round[:-1]):
         staying = set(result.stats.per_round[t + 1].requests)
-        assert len({a for r, a in zip(rec.requests, rec.committed) if r in staying}) == 1
+        assert len({a for r, a in zip(rec.requests, rec.appended) if r in staying}) == 1
     eqspec = correct_run("qwen3", RAGGED_AT_2).stats
     assert result.stats.tokens_per_target_call < eqspec.tokens_per_target_call
 
@@ -135,7 +135,7 @@ def test_dsd_raises_I5_at_batch_1_at_the_round_of_its_first_wrong_token(prompt):
     recorded = run("dsd", [prompt], check="record")
     expected = reference("qwen3", [prompt])[0]
     wrong = next(j for j, (x, y) in enumerate(zip(recorded.sequences[0], expected)) if x != y)
-    ends = torch.tensor([r.committed[0] for r in recorded.stats.per_round]).cumsum(0)
+    ends = torch.tensor([r.appended[0] for r in recorded.stats.per_round]).cumsum(0)
     round_of_wrong = int((ends <= wrong).sum()) + 1
     correct = correct_run("qwen3", [prompt]).stats.per_round
     rejected = [r.round for r in correct if r.accepted[0] < r.drafted]

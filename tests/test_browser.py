@@ -199,7 +199,7 @@ def test_pages_render_without_errors(browser, server, docs_site):
 def first_ragged_round(trace: Trace) -> int:
     """The first round whose rows committed different numbers of tokens."""
     return next(s["decision"]["round"] for s in trace.steps
-                if s["decision"] and len(set(s["decision"]["committed"])) > 1)
+                if s["decision"] and len(set(s["decision"]["appended"])) > 1)
 
 
 def panes(driver) -> dict:

@@ -14,7 +14,7 @@ from batchspec.draft_lengths import calibrate, resolve_draft_policy
 from batchspec.models.registry import load_pair
 from batchspec.reference import Models
 from batchspec.reference.draft_policy import AutoK, Confident, keep_drafting
-from batchspec.reference.steps import Round
+from batchspec.reference.transitions import Round
 from batchspec.reference.state import attention_mask
 from batchspec.scheduler import Scheduler
 from batchspec.testing import random_prompts

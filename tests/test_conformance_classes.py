@@ -55,8 +55,8 @@ def rows_rounds(v):
     done, out = [0] * len(v["prompts"]), []
     for r in v["expected"]["rounds"]:
         k_round = min([v["k"]] + [v["max_new_tokens"] - done[i] for i in r["requests"]])
-        out.append({i: (m, a, k_round, done[i]) for i, m, a in zip(r["requests"], r["accepted"], r["committed"])})
-        for i, a in zip(r["requests"], r["committed"]):
+        out.append({i: (m, a, k_round, done[i]) for i, m, a in zip(r["requests"], r["accepted"], r["appended"])})
+        for i, a in zip(r["requests"], r["appended"]):
             done[i] += a
     return out
 

@@ -45,7 +45,7 @@ def test_step_through_page_claims_hold_on_the_traces_it_shows(docs_site):
     for mine, theirs in zip(eqspec.steps[:upto], masking.steps[:upto]):
         assert (mine["step"], mine["observation"]["tokens"], mine["observation"]["draft_tokens"]) == \
                (theirs["step"], theirs["observation"]["tokens"], theirs["observation"]["draft_tokens"])
-    assert len(set(eqspec.find(1, "align")["decision"]["committed"])) > 1
+    assert len(set(eqspec.find(1, "align")["decision"]["appended"])) > 1
     # 3. masking breaks I1 at that align; EQSPEC repads (some δ_i != 0) and breaks nothing
     first = masking.first_violation()
     assert (first["invariant"], first["round"], first["step"]) == ("I1", 1, "align")

@@ -76,7 +76,7 @@ def test_eos_in_middle_of_accepted_block(pairs, greedy_reference):
                                 eos_token_id=eos, check_invariants=True)
     assert result.sequences == [ref[:3]]
     assert result.stats.rounds == 1 and result.stats.per_round[0].accepted == [5]
-    assert result.stats.per_round[0].committed == [3]
+    assert result.stats.per_round[0].appended == [3]
 
 
 @pytest.mark.parametrize("family", ["mistral", "qwen2", "gpt2", "gpt_neox"])

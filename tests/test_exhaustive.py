@@ -159,14 +159,14 @@ def test_round_properties_fire(spec):
     """Each property of ``round_problems`` fires on a record that violates it
     and none fires on a correct one."""
     problems = spec["round_problems"]
-    good = {"drafted": 2, "accepted": [2, 0], "committed": [3, 1], "width": 6, "moved": True}
+    good = {"drafted": 2, "accepted": [2, 0], "appended": [3, 1], "width": 6, "realigned": True}
     assert problems([0, 2], [3, 1], 2, (2, 0), good, [False, False]) == []
     assert problems([0, 2], [3, 1], 2, (1, 0), good, [False, False]) == ["forced m_i"]
-    assert problems([0, 2], [3, 1], 2, (2, 0), dict(good, committed=[4, 1]), [False, False]) == ["§5.4"]
-    assert problems([0, 2], [3, 1], 2, (2, 0), dict(good, committed=[3, 0]), [False, False]) == ["§5.4"]
-    equal = dict(good, accepted=[1, 1], committed=[2, 2], width=5, moved=False)
+    assert problems([0, 2], [3, 1], 2, (2, 0), dict(good, appended=[4, 1]), [False, False]) == ["§5.4"]
+    assert problems([0, 2], [3, 1], 2, (2, 0), dict(good, appended=[3, 0]), [False, False]) == ["§5.4"]
+    equal = dict(good, accepted=[1, 1], appended=[2, 2], width=5, realigned=False)
     assert problems([0, 2], [3, 1], 2, (1, 1), equal, [False, False]) == []
-    assert problems([0, 2], [3, 1], 2, (1, 1), dict(equal, moved=True), [False, False]) == ["§5.3 moved"]
+    assert problems([0, 2], [3, 1], 2, (1, 1), dict(equal, realigned=True), [False, False]) == ["§5.3 moved"]
     assert broken_rule("pads one slot too many")["round_problems"]([0, 2], [3, 1], 2, (2, 0), good, [False] * 2) == ["§5.1"]
     assert broken_rule("shifts one slot too far")["round_problems"]([0, 2], [3, 1], 2, (1, 1), equal, [False] * 2) == ["§5.3"]
 

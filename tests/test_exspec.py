@@ -230,7 +230,7 @@ def test_fallbacks_padding_and_waiting_are_recorded(pairs):
     assert stats.fallbacks == stats.realignments == sum(not r.grouped for r in records) > 0
     assert stats.group_rate == pytest.approx(1 - stats.fallbacks / stats.rounds)
     assert stats.realignment_seconds > 0
-    assert all((r.padding > 0) == r.moved for r in records)
+    assert all((r.padding > 0) == r.realigned for r in records)
     # waiting: every request, each round it was queued or in the window but not in the batch
     waited = stats.waiting_rounds
     assert set(waited) == set(range(len(PROMPTS)))

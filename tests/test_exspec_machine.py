@@ -106,7 +106,7 @@ class ExspecMachine(RuleBasedStateMachine):
 
     def _check_forced_acceptance(self):
         for record in self.scheduler.stats.per_round[self.seen_rounds:]:
-            for request, m, a in zip(record.requests, record.accepted, record.committed):
+            for request, m, a in zip(record.requests, record.accepted, record.appended):
                 g = self.generated[request]
                 first = min((d for d in self.draft.scripts[request].deviations if d >= g), default=g + record.drafted)
                 assert m == min(first - g, record.drafted), (request, g, record)

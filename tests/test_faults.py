@@ -46,7 +46,7 @@ MODES = ("structural", True, "semantic")
 
 def trigger(fault: str, rec, width: int, staying: set, tokens: dict, drift: dict) -> bool:
     """Does round ``rec`` of a correct run (``width`` = L before it) give ``fault`` an effect?"""
-    a = dict(zip(rec.requests, rec.committed))
+    a = dict(zip(rec.requests, rec.appended))
     m = dict(zip(rec.requests, rec.accepted))
     delta = {r: rec.width - width - a[r] for r in staying}  # δ_i = L' - L - a_i
     moved = any(delta.values()) or len(staying) < len(rec.requests)
@@ -66,7 +66,7 @@ def predicted_round(fault: str) -> int:
     for rec, width, staying, tokens in rounds(correct_run("qwen3", WITH_PAD_ID), WITH_PAD_ID):
         if trigger(fault, rec, width, staying, tokens, drift):
             return rec.round
-        for r, a in zip(rec.requests, rec.committed):
+        for r, a in zip(rec.requests, rec.appended):
             drift[r] = drift.get(r, 0) + a - 1
     raise AssertionError(f"{fault} never triggers in the scenario")
 
@@ -84,7 +84,7 @@ def test_the_catalogue_is_complete():
 
 def test_the_scenario_is_what_the_table_assumes():
     correct = correct_run("qwen3", WITH_PAD_ID)
-    assert [r.committed for r in correct.stats.per_round[:2]] == [[4, 4, 4, 4], [4, 2, 2, 4]]
+    assert [r.appended for r in correct.stats.per_round[:2]] == [[4, 4, 4, 4], [4, 2, 2, 4]]
     assert reference("qwen3", WITH_PAD_ID)[3][2] == 0  # the pad id, emitted in round 1
     assert correct.sequences == reference("qwen3", WITH_PAD_ID)
 

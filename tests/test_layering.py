@@ -42,7 +42,7 @@ def imported(tree: ast.AST, module: str) -> list[tuple[int, str]]:
 
 def problems(folder: str, module: str, source: str) -> list[str]:
     """What breaks the layering rules in one module of ``folder`` (``invariants`` or
-    ``reference``), named ``module`` (``batchspec.reference.steps``)."""
+    ``reference``), named ``module`` (``batchspec.reference.transitions``)."""
     tree = ast.parse(source)
     out = []
     for line, name in imported(tree, module):
@@ -76,7 +76,7 @@ def test_the_layers_keep_their_rules():
 
 def test_the_rules_fire_on_planted_imports_timing_and_printing():
     """Each rule, shown firing on a synthetic module that breaks it."""
-    assert problems("invariants", "batchspec.invariants.made_up", "from ..reference import steps\n") == [
+    assert problems("invariants", "batchspec.invariants.made_up", "from ..reference import transitions\n") == [
         "batchspec.invariants.made_up:1: imports batchspec.reference"]
     assert problems("invariants", "batchspec.invariants.made_up", "import batchspec.api\n") == [
         "batchspec.invariants.made_up:1: imports batchspec.api"]
@@ -90,5 +90,5 @@ def test_the_rules_fire_on_planted_imports_timing_and_printing():
     ]
     # what the rules allow: the layer's own modules, invariants/ from reference/, third parties
     allowed = "import torch\nfrom .state import Batch\nfrom ..invariants.memo import Memo\n"
-    assert problems("reference", "batchspec.reference.steps", allowed) == []
+    assert problems("reference", "batchspec.reference.transitions", allowed) == []
     assert problems("invariants", "batchspec.invariants.cache", "from .memo import Memo\n") == []

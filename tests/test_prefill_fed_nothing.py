@@ -23,7 +23,7 @@ from batchspec.invariants import InvariantViolation, watch  # noqa: E402
 from batchspec.reference import Models  # noqa: E402
 from batchspec.reference.eqspec import STEPS, decode  # noqa: E402
 from batchspec.reference.state import attention_mask  # noqa: E402
-from batchspec.reference.steps import draft_one, prefill  # noqa: E402
+from batchspec.reference.transitions import draft_one, prefill  # noqa: E402
 from batchspec.reference.storage import cache_length  # noqa: E402
 from batchspec.stats import Stats  # noqa: E402
 from batchspec.testing import random_prompts  # noqa: E402

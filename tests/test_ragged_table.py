@@ -12,7 +12,7 @@ import torch
 
 from batchspec.reference.acceptance import Verdict
 from batchspec.reference.state import BatchState, repad
-from batchspec.reference.steps import unpad_append_repad
+from batchspec.reference.transitions import unpad_append_repad
 
 CASES = {
     # two rows, one accepts everything, one rejects at once: the batch turns ragged

@@ -16,7 +16,7 @@ from batchspec.invariants.verification import greedy_verification
 from batchspec.reference import Models, acceptance, decode, observation
 from batchspec.reference.eqspec import STEPS
 from batchspec.reference.sampling import Sampler, Warping
-from batchspec.reference.steps import draft_one
+from batchspec.reference.transitions import draft_one
 from batchspec.testing import random_prompts
 
 PROMPTS = random_prompts(seed=5, count=4, low=2, high=12)

@@ -71,7 +71,7 @@ def test_sampled_acceptance_refines_the_spec(spec):
     as the spec's ``accept_sampled`` does on lists, bonus slot included, over
     random rounds of 3 rows with ``k'`` 1 to 4 (float64)."""
     from batchspec.reference import acceptance
-    from batchspec.reference.steps import Round
+    from batchspec.reference.transitions import Round
 
     g = torch.Generator().manual_seed(1)
     outcomes = set()

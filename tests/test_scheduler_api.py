@@ -62,7 +62,7 @@ def test_a_step_failing_after_its_commit_duplicates_nothing():
         s.step()
     assert [r for r, _ in s.pool.queue] == [request] and s.pool.round == 0 and s.stats.target_calls == 0
     s.step()
-    assert len(s.pool.window[0].output.tokens) == s.stats.per_round[0].committed[0]
+    assert len(s.pool.window[0].output.tokens) == s.stats.per_round[0].appended[0]
     s.run()
     assert s.completed[request].tokens == reference_greedy(TARGET, PROMPTS[0], 8)
 

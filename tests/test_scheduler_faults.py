@@ -142,7 +142,7 @@ def fingerprint(s: Scheduler) -> tuple:
                digest(m.target_kv), digest(m.draft_kv)) for m in pool.window]
     stats = s.stats
     counters = (stats.rounds, stats.target_calls, stats.draft_calls, stats.realignments, len(stats.per_round),
-                stats.generated_tokens, [(r.requests, r.accepted, r.committed) for r in stats.per_round])
+                stats.generated_tokens, [(r.requests, r.accepted, r.appended) for r in stats.per_round])
     completed = {r: (list(o.tokens), o.stop) for r, o in s.completed.items()}
     return [(r, list(p)) for r, p in pool.queue], window, pool.round, completed, counters, len(s.violations)
 

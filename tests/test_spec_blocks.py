@@ -119,7 +119,7 @@ def test_5_4_tokens_per_call(spec):
     target, draft = toy(5), toy(6)
     run = decode({"target": target, "draft": draft}, [[1, 2], [3], [4, 5, 6]], [0, 1, 2], 3, 10, ())
     rounds = [obs.record for obs in run if obs.record]
-    assert rounds and all(1 <= a <= r["drafted"] + 1 for r in rounds for a in r["committed"])
+    assert rounds and all(1 <= a <= r["drafted"] + 1 for r in rounds for a in r["appended"])
     expected = spec["expected_tokens"]
     for alpha, k, batch in itertools.product((0.3, 0.8), (1, 3), (1, 2, 3)):
         law = [alpha ** j * (1 - alpha) for j in range(k)] + [alpha ** k]  # P(m = j)

@@ -12,7 +12,15 @@
   every file they name exists; and no code name of the symbol table stands
   in two rows, for two symbols.
 
-Both checkers are shown to fire, on a synthetic spec block and table.
+* every field of a dataclass the spec defines has a field (or attribute) of
+  the same name in the code's class of that name, or is listed below with
+  its counterpart and reason; a spec alias (``Event = Observation``) lends
+  its class the alias's code class too;
+* a tutorial that prints a spec symbol with a value (``a_i = {...}``) prints
+  the code name the notation table gives that symbol, not another word.
+
+Every checker is shown to fire, on a synthetic spec block, table, dataclass
+or tutorial line.
 """
 
 from __future__ import annotations
@@ -57,6 +65,23 @@ MODEL_ONLY = {
     "record_writes", "violated_in_run", "record_choices", "attended_rows", "correct_calls",
     # §8.5's statement for one run, a theorem like those of §5
     "exspec_exact",
+}
+
+#: Spec dataclass fields whose code counterpart has another name or shape, and why.
+FIELD_COUNTERPARTS = {
+    # one attribute per model: target_cache, draft_cache (StackedCache), where the spec keeps a dict
+    ("BatchState", "caches"): "batchspec.reference.state.BatchState.target_cache",
+    # the code's Event holds the batch as `state`; the code's Observation spreads it into
+    # tokens, mask, pad, length, caches, requests, round (Spec §3.9's table)
+    ("Observation", "batch"): "batchspec.reference.eqspec.Event.state",
+    # the code's Ledger keeps the written fingerprints per model in tables of tensors
+    ("Ledger", "written"): "batchspec.invariants.ledger.Ledger.tables",
+    # the code's Speculation keeps the round (k', drafts) and the verdict (m_i, proposals) whole
+    ("Speculation", "drafted"): "batchspec.reference.transitions.Round.k",
+    ("Speculation", "accepted"): "batchspec.reference.acceptance.Verdict.accepted_drafts",
+    ("Speculation", "proposals"): "batchspec.reference.acceptance.Verdict.proposal",
+    # a member's state is its tokens and its batch-1 caches, kept apart
+    ("Member", "state"): "batchspec.reference.exspec_pool.Member.tokens",
 }
 
 PACKAGES = ("batchspec.reference", "batchspec.invariants")
@@ -238,3 +263,132 @@ def test_the_checkers_fire():
     assert "no file `reference/vanished.py`" in problems[2]
     assert "also stands for another symbol, line 3" in problems[3]
     assert notation_problems(table.replace("| Symbol |", "| Spec |"), classes(modules))[3:] == []  # only symbols
+
+
+def spec_dataclasses(blocks) -> tuple[dict[str, tuple[str, list[str]]], dict[str, str]]:
+    """``(class name -> (where, annotated fields), alias -> class)`` of ``blocks``."""
+    out, aliases = {}, {}
+    for name, line, source in blocks:
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef):
+                fields = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)]
+                out.setdefault(node.name, (f"{name}:{line + node.lineno - 1}", fields))
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and len(node.targets) == 1:
+                aliases[node.targets[0].id] = node.value.id
+    return out, aliases
+
+
+def attributes(cls: type) -> set[str]:
+    """What an instance of ``cls`` has: fields, annotations, class attributes, and the
+    ``self.name`` its methods assign."""
+    names = set(dir(cls)) | {n for c in cls.__mro__ for n in getattr(c, "__annotations__", {})}
+    try:
+        tree = ast.parse(inspect.getsource(cls).strip())
+    except (OSError, TypeError, SyntaxError):
+        return names
+    return names | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name) and n.value.id == "self" and isinstance(n.ctx, ast.Store)}
+
+
+def field_problems(dataclasses_: dict, aliases: dict[str, str], known: dict[str, list[type]]) -> list[str]:
+    """Spec dataclass fields that the code's class of that name (or of an alias's
+    name) lacks, unless listed in FIELD_COUNTERPARTS."""
+    problems = []
+    for name, (where, fields) in dataclasses_.items():
+        names = {name} | {alias for alias, target in aliases.items() if target == name}
+        code = [c for n in names for c in known.get(n, [])]
+        if not code:
+            continue  # no namesake: the class checks above report it
+        have = set().union(*(attributes(c) for c in code))
+        problems += [f"{where}: {name}.{f} has no field {f!r} in {', '.join(sorted(names))} of the code"
+                     for f in fields if f not in have and (name, f) not in FIELD_COUNTERPARTS]
+    return problems
+
+
+def test_every_field_of_a_spec_dataclass_has_its_namesake():
+    blocks = [(p.name, line, source) for p in spec_files() for line, source in python_blocks(p)]
+    found, aliases = spec_dataclasses(blocks)
+    assert {"BatchState", "ForwardCall", "Observation"} <= set(found) and aliases.get("Event") == "Observation"
+    assert field_problems(found, aliases, classes(code_modules())) == []
+
+
+def test_the_listed_field_counterparts_exist_and_are_needed():
+    blocks = [(p.name, line, source) for p in spec_files() for line, source in python_blocks(p)]
+    found, aliases = spec_dataclasses(blocks)
+    known = classes(code_modules())
+    for (name, f), target in FIELD_COUNTERPARTS.items():
+        assert f in found[name][1], (name, f)
+        assert f not in set().union(*(attributes(c) for c in known[name])), f"{name}.{f} has a namesake now"
+        owner, _, attribute = target.rpartition(".")
+        module, _, cls = owner.rpartition(".")
+        assert attribute in attributes(getattr(importlib.import_module(module), cls)), target
+
+
+def test_the_field_checker_fires_on_a_renamed_field():
+    """The spec's ForwardCall had fields (inputs, mask, positions, outputs) that the
+    code calls input_ids, attention_mask, position_ids, logits: such a block fails."""
+    block = [("99-synthetic.md", 3, "@dataclass\nclass ForwardCall:\n    model: str\n    inputs: list\n"
+                                     "    outputs: list = None\n\n\nclass Made:\n    up: int\n")]
+    found, aliases = spec_dataclasses(block)
+    assert field_problems(found, aliases, classes(code_modules())) == [
+        "99-synthetic.md:4: ForwardCall.inputs has no field 'inputs' in ForwardCall of the code",
+        "99-synthetic.md:4: ForwardCall.outputs has no field 'outputs' in ForwardCall of the code",
+    ]
+
+
+SYMBOL_CELL = re.compile(r"\$([^$]+)\$")
+PRINTED = re.compile(r"""(?<![\w'])([A-Za-zδ](?:_i)?'?(?:_i)?)\s*=\s*(?:\{([^}]*)\}|["'],\s*([\w.\[\]'"]+))""")
+
+
+def symbol_names(text: str) -> dict[str, set[str]]:
+    """Symbol as printed (``a_i``, ``p'_i``, ``δ_i``) -> the code names the notation
+    table's row gives it (the last part of each dotted name, and bare names)."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not SYMBOL_CELL.search(cells[0]):
+            continue
+        names = {n.split("[")[0].split(".")[-1] for n in re.findall(r"`([^`]+)`", cells[-1])}
+        for symbol in SYMBOL_CELL.findall(cells[0]):
+            out[symbol.replace("\\delta", "δ").replace(" ", "")] = names
+    return out
+
+
+def printed_problems(name: str, text: str, symbols: dict[str, set[str]]) -> list[str]:
+    """Printed ``symbol = value`` whose value's name is not the symbol's code name."""
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for symbol, braced, argument in PRINTED.findall(line):
+            if symbol not in symbols:
+                continue
+            expression = re.split(r"[:!]", braced)[0] if braced else argument
+            last = re.findall(r"\[['\"](\w+)['\"]\]|\.(\w+)|^(\w+)", expression.strip())
+            word = next(filter(None, last[-1])) if last else expression
+            letters = symbol.split("_")[0].rstrip("'").replace("δ", "delta")
+            allowed = symbols[symbol] | {letters}
+            if not any(word == a or word.endswith("_" + a) for a in allowed):
+                problems.append(f"{name}:{number}: prints {symbol} from {word!r}, "
+                                f"which the notation table calls {' or '.join(sorted(symbols[symbol]))}")
+    return problems
+
+
+def test_tutorials_print_a_spec_symbol_under_its_code_name():
+    symbols = symbol_names((SPEC / "01-notation.md").read_text())
+    assert {"a_i", "m_i", "p_i", "δ_i", "L'"} <= set(symbols)
+    problems, printed = [], 0
+    for path in sorted((ROOT / "tutorials").glob("[0-9]*.py")):
+        text = path.read_text()
+        printed += sum(1 for line in text.splitlines() for s, *_ in PRINTED.findall(line) if s in symbols)
+        problems += printed_problems(path.name, text, symbols)
+    assert printed >= 5  # the tutorials print symbols; an empty scan passes anything
+    assert problems == []
+
+
+def test_the_printed_symbol_checker_fires():
+    """Tutorial 5 once printed the counts a_i from a key named 'committed' (the tokens)."""
+    symbols = symbol_names((SPEC / "01-notation.md").read_text())
+    planted = "print(f\"round {r}: m_i = {ragged['accepted']}, a_i = {ragged['committed']}\")\n"
+    assert printed_problems("05.py", planted, symbols) == [
+        "05.py:1: prints a_i from 'committed', which the notation table calls a or appended or eqspec_round"]
+    assert printed_problems("01.py", 'print("accepted drafts per row, m_i =", m)\n', symbols) == []
+    assert printed_problems("01.py", 'print("m_i =", rejected)\n', symbols) != []

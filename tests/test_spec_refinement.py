@@ -70,7 +70,7 @@ def _lockstep(spec, target, draft, prompts, k, max_new, eos):
     abstract_out = done.value.value
     assert {r: (o.tokens, o.stop) for r, o in real_out.items()} == {
         r: (o["tokens"], o["stop"]) for r, o in abstract_out.items()}
-    return compare.steps, abstract_out, compare.moved
+    return compare.steps, abstract_out, compare.realigned
 
 
 CASES = [
@@ -115,7 +115,7 @@ def test_refinement_check_can_fail(spec):
     import dataclasses
 
     from batchspec.reference import STEPS
-    from batchspec.reference import steps as transitions
+    from batchspec.reference import transitions
 
     def lazy(state, verdict, plan):
         transitions.unpad_append_repad(state, verdict, plan)
@@ -149,9 +149,9 @@ def to_code_observation(spec, obs):
               for name, slots in batch.caches.items()}
     calls = []
     for call in obs.calls:
-        real = ForwardCall(call.model, torch.tensor(call.inputs), torch.tensor(call.mask),
-                           torch.tensor(call.positions), call.cache_length)
-        outputs = torch.tensor(call.outputs)  # [B, n]
+        real = ForwardCall(call.model, torch.tensor(call.input_ids), torch.tensor(call.attention_mask),
+                           torch.tensor(call.position_ids), call.cache_length)
+        outputs = torch.tensor(call.logits)  # [B, n]
         real.logits = torch.nn.functional.one_hot(outputs, spec["VOCAB"]).double()  # [B, n, V]
         calls.append(real)
     fields = {f.name for f in dataclasses.fields(Observation)}

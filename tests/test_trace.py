@@ -69,7 +69,7 @@ def test_decision_bonus_delta_and_leaving_match_the_grid():
         after = s["observation"]
         for i, request in enumerate(d["requests"]):
             row = verify["committed"][i]
-            assert len(row) == d["committed"][i]
+            assert len(row) == d["appended"][i]
             assert d["bonus"][i] == (row[d["accepted"][i]] if len(row) > d["accepted"][i] else None)
             if request in d["leaving"]:
                 assert d["delta"][i] is None

@@ -59,10 +59,10 @@ viz.draw_grid(recorded, recorded.steps[0]);
 ragged = next(
     s["decision"]
     for s in recorded.steps
-    if s["decision"] and len(set(s["decision"]["committed"])) > 1
+    if s["decision"] and len(set(s["decision"]["appended"])) > 1
 )
 r = ragged["round"]
-print(f"round {r}: m_i = {ragged['accepted']}, a_i = {ragged['committed']}")
+print(f"round {r}: m_i = {ragged['accepted']}, a_i = {ragged['appended']}")
 viz.draw_grid(recorded, recorded.find(r, "verify"));
 
 # %% [markdown]
@@ -81,7 +81,7 @@ viz.draw_grid(recorded, recorded.find(r, "verify"));
 # %%
 verify = recorded.find(r, "verify")["observation"]
 after = recorded.find(r, "align")
-c, p, a = verify["length"], verify["pad"], ragged["committed"]
+c, p, a = verify["length"], verify["pad"], ragged["appended"]
 width = max(ci + ai for ci, ai in zip(c, a))
 new_pad = [width - ci - ai for ci, ai in zip(c, a)]
 delta = [q - pi for q, pi in zip(new_pad, p)]

@@ -77,9 +77,9 @@ viz.draw_grid(recorded, fallback_verify, last=None);
 
 # %%
 references = [reference_greedy(target, p, N, eos) for p in prompts]
-windows = (B, 2 * B, 4 * B)
+window_sizes = (B, 2 * B, 4 * B)
 stats = {}
-for window in windows:
+for window_size in window_sizes:
     result = batchspec.generate(
         target,
         draft,
@@ -88,24 +88,24 @@ for window in windows:
         num_draft_tokens=k,
         max_new_tokens=N,
         batch_size=B,
-        window_size=window,
+        window_size=window_size,
         eos_token_id=eos,
     )
-    assert result.sequences == references, window
-    stats[window] = result.stats
+    assert result.sequences == references, window_size
+    stats[window_size] = result.stats
     print(
-        f"W = {window:>2}: group rate {result.stats.group_rate:.2f}, "
+        f"W = {window_size:>2}: group rate {result.stats.group_rate:.2f}, "
         f"{result.stats.fallbacks} fallback rounds of {result.stats.rounds}"
     )
-rates = [stats[w].group_rate for w in windows]
+rates = [stats[w].group_rate for w in window_sizes]
 assert rates[-1] > rates[0]
 
 fig, ax = plt.subplots(figsize=(5, 2.8), dpi=90)
-ax.plot(windows, rates, "o-", color="#009E73")
+ax.plot(window_sizes, rates, "o-", color="#009E73")
 ax.set(
     xlabel="window size W",
     ylabel="group rate",
-    xticks=windows,
+    xticks=window_sizes,
     ylim=(0, 1),
     title=f"same-length groups found (B = {B}, {len(prompts)} prompts)",
 );

@@ -119,7 +119,7 @@ def spec(cls: str, pool: Pool) -> dict:
         vector.update(prompts=pool.never_accepted(2, 8), k=2, max_new_tokens=8, draft="unrelated",
                       probe={"accepted": "no draft, every round"})
     elif cls == "k_zero_rounds":
-        vector.update(k=4, max_new_tokens=1, probe={"k_prime": 1, "committed": 1})
+        vector.update(k=4, max_new_tokens=1, probe={"k_prime": 1, "appended": 1})
     elif cls == "one_token_prompt":
         one = next((p for p in pool.prompts if len(p) == 1 and pool.clean(p)), None) or _fail(cls)
         vector.update(prompts=[one] + base[:3], max_new_tokens=8, probe={"prompt": 0})

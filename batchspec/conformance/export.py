@@ -74,8 +74,8 @@ def rounds(per_round, width: int) -> list[dict]:
     out = []
     for i, rec in enumerate(per_round):
         staying = set(per_round[i + 1].requests) if i + 1 < len(per_round) else set()
-        delta = [rec.width - width - a if r in staying else None for r, a in zip(rec.requests, rec.committed)]
+        delta = [rec.width - width - a if r in staying else None for r, a in zip(rec.requests, rec.appended)]
         out.append({"round": rec.round, "requests": rec.requests, "accepted": rec.accepted,
-                    "committed": rec.committed, "width_before": width, "width": rec.width, "delta": delta})
+                    "appended": rec.appended, "width_before": width, "width": rec.width, "delta": delta})
         width = rec.width
     return out

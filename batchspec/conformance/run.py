@@ -38,7 +38,7 @@ from .sampled import argument as sampling_argument, options as sampling_options
 from .export import FORMAT, rounds
 
 KEYS = ("name", "target", "draft", "prompts", "k", "max_new_tokens", "eos_token_id", "expected")
-ROUND_FIELDS = ("requests", "accepted", "committed", "width_before", "width", "delta")
+ROUND_FIELDS = ("requests", "accepted", "appended", "width_before", "width", "delta")
 
 
 class AnswerError(Exception):

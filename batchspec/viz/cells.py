@@ -98,7 +98,7 @@ def _row_kinds(obs: dict, i: int, prompt_length: int) -> list[str]:
 def _mark_appended(row_kinds: list[str], decision: dict, request: int) -> None:
     """Mark the tokens this round appended to ``request``'s row (its last ``a_i`` attended slots)."""
     i = decision["requests"].index(request)
-    a, has_bonus = decision["committed"][i], decision["bonus"][i] is not None
+    a, has_bonus = decision["appended"][i], decision["bonus"][i] is not None
     attended = [s for s, k in enumerate(row_kinds) if k in ("prompt", "committed")]
     for n, s in enumerate(attended[len(attended) - a:]):
         row_kinds[s] = "bonus" if has_bonus and n == a - 1 else "accepted"

@@ -23,7 +23,7 @@ from ...invariants.observation import CacheView, Observation
 from ..eqspec import Event
 from ..moves import take_slots
 from ..state import BatchState, RowOutput, left_pad
-from ..steps import Models, forward
+from ..transitions import Models, forward
 from ..storage import layer_tensors, new_cache
 
 

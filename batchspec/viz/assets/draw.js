@@ -36,7 +36,7 @@ window.bsvDraw = window.bsvDraw || (function () {
     if (t < promptLength) return "prompt";
     if (step.step === "align" && decision) {
       const row = decision.requests.indexOf(obs.requests[i]);
-      const fresh = row < 0 ? 0 : decision.committed[row];
+      const fresh = row < 0 ? 0 : decision.appended[row];
       const first = obs.length[i] - fresh;
       if (t >= first) {
         const m = decision.accepted[row];
@@ -171,7 +171,7 @@ window.bsvDraw = window.bsvDraw || (function () {
     decision.requests.forEach(function (r, i) {
       const tr = el("tr");
       const left = decision.leaving.indexOf(r) >= 0;
-      [r, decision.accepted[i], decision.committed[i], decision.bonus[i], left ? "leaves" : decision.delta[i]]
+      [r, decision.accepted[i], decision.appended[i], decision.bonus[i], left ? "leaves" : decision.delta[i]]
         .forEach(function (v) { tr.appendChild(el("td", "", v === null ? "\u2013" : String(v))); });
       table.appendChild(tr);
     });

@@ -173,7 +173,7 @@ def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None
     """
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
     caches = [c for c in (state.target_cache, state.draft_cache) if c is not None]
-    if plan.moves:
+    if plan.realigns:
         state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
         for cache in caches:
             moves.realign(cache, plan.rows, plan.delta, plan.pad, plan.width)
