@@ -6,9 +6,40 @@ predicates; ``batchspec.reference`` the algorithm; ``batchspec.models`` tiny
 offline model pairs.
 """
 
-from .api import METHODS, DecodeConfig, GenerationResult, Method, generate, register_method
-from .audit import audit
-from .invariants import InvariantViolation, Violation
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the names below are, for type checkers and the API pages (griffe)
+    from .api import METHODS, DecodeConfig, GenerationResult, Method, generate, register_method
+    from .audit import audit
+    from .invariants import InvariantViolation, Violation
 
 __version__ = "0.1.0"
+#: each public name and the module that defines it, imported on first use (PEP 562):
+#: ``import batchspec`` loads neither torch nor transformers, so ``batchspec --help``
+#: starts at once
+_HOMES = {"METHODS": "api", "DecodeConfig": "api", "GenerationResult": "api", "Method": "api",
+          "generate": "api", "register_method": "api", "audit": "audit",
+          "InvariantViolation": "invariants", "Violation": "invariants"}
 __all__ = ["METHODS", "DecodeConfig", "GenerationResult", "Method", "register_method", "InvariantViolation", "Violation", "generate", "audit", "__version__"]
+
+
+def __getattr__(name: str):
+    """A public name from its module, or a subpackage (``batchspec.invariants``) imported on use."""
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

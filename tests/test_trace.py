@@ -146,7 +146,7 @@ def test_cli_writes_a_trace_that_loads(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
     status = main(["trace", "--pair", "tiny-qwen3", "--method", "masking", "--batch-size", "4",
                    "--max-new-tokens", "8", "-k", "3", "--out", str(out)])
-    assert status == 0 and "first I1" in capsys.readouterr().out
+    assert status == 1 and "first I1" in capsys.readouterr().out  # violations: a check failed
     loaded = trace.Trace.load(out)
     assert loaded.header["method"] == "masking" and loaded.header["pair"] == "tiny-qwen3"
     assert loaded.first_violation()["invariant"] == "I1"

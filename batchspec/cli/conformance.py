@@ -4,20 +4,26 @@
 reference EQSPEC's outputs and per-round a_i / L' / δ_i, and one vector per
 bug class (its class and a hint in the JSON); ``check`` runs a decoder on the
 vectors of a folder, or on one vector file, and prints PASS/FAIL per vector
-(exit 1 if any fails). The format and the decoder protocol:
+(exit 1 if any fails): batchspec's own EQSPEC unless ``--decoder`` or
+``--command`` names another. The format and the decoder protocol:
 :mod:`batchspec.conformance`.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import shlex
 import shutil
 import sys
 from pathlib import Path
 
+from ..conformance.run import SIGNATURE
 from .errors import UsageError
+
+#: the decoder ``check`` runs when neither --decoder nor --command is given
+REFERENCE = "batchspec.conformance.run:reference_decoder"
 
 
 def load_callable(spec: str):
@@ -36,6 +42,12 @@ def load_callable(spec: str):
         raise UsageError(f"--decoder {spec}: importing {module} raised {type(error).__name__}: {error}") from None
     if not callable(function):
         raise UsageError(f"--decoder {spec}: {name} is not callable")
+    try:
+        inspect.signature(function).bind(*"target draft prompts k max_new_tokens eos_token_id".split())
+    except TypeError as error:
+        raise UsageError(f"--decoder {spec}: {error}; {SIGNATURE}") from None
+    except ValueError:  # a builtin without a signature: it answers for itself
+        pass
     return function
 
 
@@ -72,8 +84,8 @@ def check_main(args) -> int:
         raise UsageError(f"{args.dir}: no such vector file")
     if not paths:
         raise UsageError(f"{args.dir}: no vectors (*.json); run `batchspec conformance export {args.dir}` first")
-    if (args.decoder is None) == (args.run is None):
-        raise UsageError("give exactly one of --decoder module:function and --command CMD")
+    if args.decoder is not None and args.run is not None:
+        raise UsageError("give one of --decoder module:function and --command CMD, not both")
     try:
         vectors = [load_vector(path) for path in paths]
     except ValueError as error:
@@ -87,16 +99,33 @@ def check_main(args) -> int:
         raise UsageError(f"{missing[0]}: no model there (config.json); export the vectors again")
     if args.run is not None:
         check_command(args.run)
-    decoder = load_callable(args.decoder) if args.decoder else None
+    decoder = None if args.run else load_callable(args.decoder or REFERENCE)
     results = check(args.dir, decoder, args.run, args.vectors, sampled=not args.greedy_only)
-    for name, reason in results.items():
-        print(f"PASS {name}" if reason is None else f"FAIL {name}: {reason}")
+    for line in verdict_lines(results):
+        print(line)
     failed = sum(r is not None for r in results.values())
     skipped = sum("sampling" in v and (not args.vectors or p.stem in args.vectors) for p, v in zip(paths, vectors))
     print(f"{len(results) - failed}/{len(results)} vectors pass" +
           (f" ({skipped} sampled vector{'s' * (skipped != 1)} skipped: --greedy-only)"
            if args.greedy_only and skipped else ""))
     return 1 if failed else 0
+
+
+def verdict_lines(results: dict) -> list[str]:
+    """PASS/FAIL per vector; a reason shared by several vectors (a decoder of the wrong
+    signature fails them all alike) is printed once, on its first vector's line."""
+    by_reason: dict = {}
+    for name, reason in results.items():
+        by_reason.setdefault(reason, []).append(name)
+    lines = []
+    for name, reason in results.items():
+        names = by_reason[reason]
+        if reason is None:
+            lines.append(f"PASS {name}")
+        elif name == names[0]:
+            more = f" and {len(names) - 1} more vector{'s' * (len(names) > 2)}" if len(names) > 1 else ""
+            lines.append(f"FAIL {name}{more}: {reason}")
+    return lines
 
 
 def register(subparsers) -> None:
@@ -114,8 +143,8 @@ def register(subparsers) -> None:
                        "exit 1 if any fails")
     c.add_argument("dir", metavar="PATH", help="folder written by `batchspec conformance export`, "
                    "or one vector file in it")
-    c.add_argument("--decoder", help="module:function (found from the current folder too), called as "
-                   "f(target, draft, prompts, k, max_new_tokens, eos_token_id)")
+    c.add_argument("--decoder", help=f"module:function (found from the current folder too); {SIGNATURE} "
+                   f"(default: {REFERENCE}, batchspec's own EQSPEC)")
     # dest "run", not "command": args.command names the batchspec command in every error line
     c.add_argument("--command", dest="run", metavar="CMD", help="a command run as CMD VECTOR.json, printing "
                    "{\"sequences\": ...} as JSON on standard output and nothing else")

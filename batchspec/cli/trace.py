@@ -3,18 +3,17 @@
 Runs one method (or EQSPEC with a fault from ``batchspec.faults``) on a model
 pair, with every invariant checked after every step and recorded rather than
 raised, and writes the trace (``--out``) and/or the step-through page
-(``--html``). The trace format is documented in :mod:`batchspec.trace`.
+(``--html``); exit status 1 when the run broke an invariant (the files are
+written all the same). The trace format is documented in :mod:`batchspec.trace`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-
 from .. import api, faults
 from .common import add_pair_arguments, load_pair, positive_int
 from .errors import UsageError
-
 
 
 def register(subparsers) -> None:
@@ -66,7 +65,8 @@ def html_writer():
 
 
 def main(args) -> int:
-    """Run ``batchspec trace`` with parsed ``args``; exit status 0 (violations are data here)."""
+    """Run ``batchspec trace`` with parsed ``args``; exit status 1 when the run broke an
+    invariant (a check failed, as the help's exit codes say), else 0; the files are written either way."""
     from .. import trace
 
     check(args)
@@ -91,4 +91,4 @@ def main(args) -> int:
         f"step {first['step']!r}, row {first['row']}"
     where = " and ".join(p for p in (args.out, args.html) if p)
     print(f"{args.fault or args.method} on {args.pair}: {len(recorded.steps)} steps, {found}; wrote {where}")
-    return 0
+    return 1 if recorded.violations else 0

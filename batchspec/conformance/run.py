@@ -37,6 +37,9 @@ import torch
 from .sampled import argument as sampling_argument, options as sampling_options
 from .export import FORMAT, rounds
 
+#: the protocol in one line: what a decoder of the wrong signature is told
+SIGNATURE = ("a decoder is called as f(target, draft, prompts, k, max_new_tokens, eos_token_id) "
+             "and returns the generated ids per prompt")
 KEYS = ("name", "target", "draft", "prompts", "k", "max_new_tokens", "eos_token_id", "expected")
 ROUND_FIELDS = ("requests", "accepted", "appended", "width_before", "width", "delta")
 
@@ -153,12 +156,12 @@ def check(folder, decoder=None, command: str | None = None, names=None, sampled:
         except AnswerError as error:
             results[vector["name"]] = verdict(vector, str(error))
             continue
-        except TypeError as error:
+        except TypeError as error:  # most often a decoder of another signature: no bug-class hint
             greedy_only = "sampling" in vector and "sampling" in str(error)
-            results[vector["name"]] = verdict(vector, "the decoder takes no sampling= argument (a greedy-only "
-                                              "decoder skips the sampled vectors: check(..., sampled=False), "
-                                              "--greedy-only)" if greedy_only else
-                                              f"the decoder raised TypeError: {error}")
+            results[vector["name"]] = ("the decoder takes no sampling= argument (a greedy-only "
+                                       "decoder skips the sampled vectors: check(..., sampled=False), "
+                                       "--greedy-only)" if greedy_only else
+                                       f"the decoder raised TypeError: {error} ({SIGNATURE})")
             continue
         except Exception as error:  # the decoder's own failure is this vector's verdict
             results[vector["name"]] = verdict(vector, f"the decoder raised {type(error).__name__}: {error}")

@@ -13,7 +13,8 @@ is the optional glue of the layout checks (I1-I8); the correctness checks
 * ``"eos_in_prompt"``: a row whose prompt holds ``eos`` returns nothing (the
   stop test reads the whole row, prompt included).
 
-With ``eos``, each output is cut after its first generated EOS."""
+With ``eos``, each output is cut after its first generated EOS. :func:`decode_vector`
+is the same decoder called the way ``batchspec conformance check`` calls one."""
 
 # --8<-- [start:decoder]
 import torch
@@ -95,6 +96,17 @@ def cut(out, prompt, eos, bug=None):
         return []
     return out[: out.index(eos) + 1] if eos in out else out
 # --8<-- [end:decoder]
+
+
+def decode_vector(target, draft, prompts, k, max_new_tokens, eos_token_id):
+    """:func:`decode` with the conformance checker's signature (``batchspec conformance
+    check DIR --decoder batchspec.examples.outside_decoder:decode_vector --greedy-only``):
+    one budget per prompt (a list) is decoded to the largest and each row cut at its own
+    budget, then after its first id from the list ``eos_token_id``."""
+    budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    out = [row[:budget] for row, budget in zip(decode(target, draft, prompts, k, max(budgets, default=0)), budgets)]
+    ends = [next((j + 1 for j, t in enumerate(row) if t in eos_token_id), len(row)) for row in out]
+    return [row[:end] for row, end in zip(out, ends)]
 
 
 @torch.no_grad()
