@@ -24,8 +24,9 @@ from __future__ import annotations
 import torch
 from transformers import cache_utils
 
-#: the content hash of a column whose key/value the cache no longer holds (evicted by a window)
-ABSENT = -(2**63)
+#: the content hash of a column whose key/value the cache no longer holds (evicted by a window):
+#: an arbitrary odd constant (not -2**63: a slot of zeros with one negative zero hashes to that)
+ABSENT = 0x2545F4914F6CDD1D
 
 _READ = ("full_attention", "sliding_attention")
 _WHY = {

@@ -67,6 +67,8 @@ class Watch:
         self.models, self.mode, self.oracle, self.registry = models, check, oracle, registry
         #: per model, its attention layers by kind (refused here when watch cannot read one)
         self.kinds = {name: kinds_of(model, name) for name, model in models.items()}
+        self.depth = {name: getattr(getattr(model, "config", None), "num_hidden_layers", None) or 0
+                      for name, model in models.items()}
         self.ledger = None if structural else Ledger(derived=True)
         self.memo = Memo()  # what the layout checks build once (a round's masks), for this block only
         self.violations: list = []
@@ -105,10 +107,23 @@ class Watch:
             handle.remove()
         self._handles.clear()
 
-    def _before(self, name):
-        def hook(_module, args, kwargs):
+    def _role(self, name: str, module) -> str:
+        """``"draft"`` for a target call that runs only its first layers (transformers'
+        early-exit drafting, ``assistant_early_exit``: the model is its own draft,
+        over a cache of its own), else ``name``."""
+        layers = getattr(getattr(module, "config", None), "num_hidden_layers", None)
+        if name != "target" or layers is None or "draft" in self.models or layers >= self.depth["target"]:
+            return name
+        if "draft" not in self.kinds:
+            self.kinds["draft"] = {k: [i for i in v if i < layers] for k, v in self.kinds["target"].items()}
+            self.kinds["draft"] = {k: v for k, v in self.kinds["draft"].items() if v}
+        return "draft"
+
+    def _before(self, model_name):
+        def hook(module, args, kwargs):
             if self._checking:
                 return
+            name = self._role(model_name, module)
             start = time.perf_counter()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
@@ -139,10 +154,11 @@ class Watch:
             out.append((w, layers, offset, held))
         return out
 
-    def _after(self, name):
-        def hook(_module, args, kwargs, output):
+    def _after(self, model_name):
+        def hook(module, args, kwargs, output):
             if self._checking:
                 return
+            name = self._role(model_name, module)
             start = time.perf_counter()
             try:
                 cache, t, windows = self._pending.pop(name)

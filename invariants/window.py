@@ -24,7 +24,7 @@ import torch
 
 from .history import Chains, History
 from .observation import ForwardCall
-from .slots import AMBIGUOUS, BLIND, WRITTEN
+from .slots import AMBIGUOUS, WRITTEN
 from .violation import Violation
 
 
@@ -63,7 +63,8 @@ def window_call(call: ForwardCall, raw, w: int, kv_offset: int) -> tuple[Forward
 
 def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor) -> Chains:
     """The window call read as chains (Spec §3.12.2): the first attended slot
-    whose label names its prefix (not one of several writers' content) gives
+    whose label names its prefix (not content that several writers produced
+    after other prefixes or as other tokens) gives
     the chain's positions and the hash of the prefix before it; the rest of
     the window continues it. ``hashes`` ``[B, T + n]``: the window's columns, as held."""
     t, ids = call.cache_length, call.input_ids
@@ -72,7 +73,7 @@ def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor) -> 
     b = ids.shape[0]
     context = history.labels.lookup(hashes[:, :t].reshape(-1)).view(b, t, 4)
     flag = torch.cat([context[..., 3], torch.full_like(ids, AMBIGUOUS)], 1)
-    pins = attended & ((flag == WRITTEN) | (flag == BLIND))  # slots whose label names their prefix
+    pins = attended & (flag == WRITTEN)  # slots whose label names their prefix (one writer's, or all alike)
     first = pins.long().argmax(1, keepdim=True)  # [B, 1] the first of them
     pinned = pins.any(1)
     count = attended.cumsum(1)
