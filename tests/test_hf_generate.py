@@ -1,6 +1,6 @@
 """transformers' ``generate`` with ``custom_generate`` (batchspec.hf): the same
 tensor as the target's plain greedy ``generate`` (Spec §5.2), at batch 1, 3
-and 8, left and right padding, with and without EOS hits, on a tiny float64
+and 8, left and right padding, with and without EOS hits, on tiny float64
 pairs (Llama, GPT-2, Qwen3) and on the embedded default pair in float64."""
 
 from __future__ import annotations
