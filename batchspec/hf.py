@@ -33,7 +33,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .api import generate as batchspec_generate
-from .hf_refusals import check_arguments, draft_policy, warping
+from .hf_refusals import ENCODER_DECODER, check_arguments, draft_policy, refuse, warping
 from .inputs import read_rows
 from .methods import METHODS
 from .validate import method_spec
@@ -107,6 +107,9 @@ def hub_generate(model, assistant_model=None, streamer=None, tokenizer=None, ass
     argument of ``generate``; it hands them back to ``generate`` with the
     callable :func:`generate`, the assistant as ``draft`` and the streamer as
     ``token_streamer``."""
+    for role, m in (("model", model), ("assistant_model", assistant_model)):  # before generate runs an encoder
+        if m is not None and getattr(m.config, "is_encoder_decoder", False):
+            refuse(role, ENCODER_DECODER.format(type(m).__name__))
     if assistant_tokenizer is not None:
         raise ValueError("assistant_tokenizer: an assistant with another tokenizer cannot speculate for batchspec "
                          "(its drafts must be the target's token ids); use a draft that shares the target's tokenizer")

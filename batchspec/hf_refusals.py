@@ -61,6 +61,8 @@ CONFIG_REFUSALS = (
     ("output_hidden_states", bool, "batchspec returns the sequences only; drop it"),
 )
 
+ENCODER_DECODER = "{} is an encoder-decoder model; batchspec decodes decoder-only causal LMs"
+
 #: Model keywords ``generate`` prepares itself; any other reaches the callable from the caller.
 PREPARED = ("attention_mask", "position_ids", "logits_to_keep", "cache", "use_cache")
 
@@ -73,7 +75,7 @@ def check_arguments(model, draft, config, processors, criteria, model_kwargs, st
     """Raise for anything batchspec cannot honour, before any forward call."""
     for role, m in (("model", model), ("assistant_model", draft)):
         if getattr(m.config, "is_encoder_decoder", False):
-            refuse(role, f"{type(m).__name__} is an encoder-decoder model; batchspec decodes decoder-only causal LMs")
+            refuse(role, ENCODER_DECODER.format(type(m).__name__))
     for field, refused, instead in CONFIG_REFUSALS:
         if refused(getattr(config, field, None)):
             refuse(field, f"{getattr(config, field)!r} is not honoured by batchspec; {instead}")

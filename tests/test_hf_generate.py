@@ -1,7 +1,7 @@
 """transformers' ``generate`` with ``custom_generate`` (batchspec.hf): the same
 tensor as the target's plain greedy ``generate`` (Spec §5.2), at batch 1, 3
-and 8, left and right padding, with and without EOS hits, on a tiny float64
-pair and on the embedded default pair in float64."""
+and 8, left and right padding, with and without EOS hits, on tiny float64
+pairs (Llama, GPT-2, Qwen3) and on the embedded default pair in float64."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def eos_for(target, ids, mask, hit: bool):
     return int(first[3])
 
 
-@pytest.mark.parametrize("name", ["llama", "default"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "qwen3", "default"])
 @pytest.mark.parametrize("batch", [1, 3, 8])
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("hit", [False, True], ids=["no-eos-hit", "eos-hit"])

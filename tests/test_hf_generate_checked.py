@@ -78,3 +78,15 @@ def test_the_folder_runs_offline_from_the_checkout_and_only_when_trusted(pairs):
     with pytest.raises(ValueError, match="trust_remote_code"):
         target.generate(input_ids=torch.tensor([[5, 6]]), assistant_model=draft, custom_generate=str(FOLDER),
                         max_new_tokens=2)
+
+
+def test_the_docs_page_and_the_readme_run_as_printed(capsys):
+    root = FOLDER.parent.parent
+    page = (root / "docs" / "from-transformers.md").read_text()
+    first = page.split("```python\n")[1].split("```")[0]
+    exec(compile(first, "docs/from-transformers.md", "exec"), {})
+    printed = page.split("prints\n\n```text\n")[1].split("```")[0]
+    assert capsys.readouterr().out == printed  # the refusal at batch 4, True, the texts
+    readme = (root / "README.md").read_text()
+    use_it = readme[readme.index("## Use it"):]
+    exec(compile(use_it.split("```python\n")[1].split("```")[0], "README.md", "exec"), {})  # it asserts equality

@@ -1,7 +1,7 @@
 """transformers' text-generation pipeline at ``batch_size=8`` with the draft as
 ``assistant_model`` and batchspec's folder passed through to ``generate``:
 the same texts as the pipeline without an assistant, one prompt at a time
-(Spec §5.2), on the embedded default pair with a byte-level tokenizer."""
+(Spec §5.2), on the embedded default pair with its bytes as a transformers tokenizer."""
 
 from __future__ import annotations
 
@@ -9,27 +9,14 @@ import functools
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, pipeline
-from transformers.convert_slow_tokenizer import bytes_to_unicode
+from transformers import pipeline
 
 from batchspec import hf
-from batchspec.models.bytes import encode
+from batchspec.models.bytes import encode, hf_tokenizer as byte_tokenizer
 from batchspec.models.default_pair import load_default_pair
 
 TEXTS = ["import os\n", "def main(", "class Parser:\n    def __init__(self", "    return ",
          "for i in range(", "# Copyright", "if __name__ == ", "try:\n    import ", "x = [", "raise ValueError("]
-
-
-def byte_tokenizer(padding_side: str) -> PreTrainedTokenizerFast:
-    """Token ``i`` is byte ``i`` (``batchspec.models.bytes``), as a transformers
-    tokenizer; byte 0 (NUL, absent from source code) pads."""
-    chars = bytes_to_unicode()
-    core = Tokenizer(models.WordLevel({chars[b]: b for b in range(256)}, unk_token=chars[0]))
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-                                                  pre_tokenizers.Split("", "isolated")])
-    core.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=chars[0], padding_side=padding_side)
 
 
 @pytest.fixture(scope="module")

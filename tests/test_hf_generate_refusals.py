@@ -107,7 +107,7 @@ def test_an_encoder_decoder_model():
     config = tf.T5Config(vocab_size=96, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
                          decoder_start_token_id=0)
     t5 = tf.T5ForConditionalGeneration(config).eval()
-    message = refused([t5], lambda: t5.generate(**batch(), assistant_model=t5, custom_generate=hf.HUB,
+    message = refused([t5, t5.encoder], lambda: t5.generate(**batch(), assistant_model=t5, custom_generate=hf.HUB,
                                                trust_remote_code=True))
     assert message.startswith("model: T5ForConditionalGeneration is an encoder-decoder model")
 

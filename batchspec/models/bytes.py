@@ -27,3 +27,19 @@ def decode(ids: list[int]) -> str:
     character, say) decode to U+FFFD instead of raising.
     """
     return bytes(ids).decode("utf-8", errors="replace")
+
+
+def hf_tokenizer(padding_side: str = "left"):
+    """The same encoding as a transformers tokenizer (for ``tokenizer(texts,
+    padding=True, return_tensors="pt")``, pipelines, ``batch_decode``): token
+    ``i`` is byte ``i``; byte 0 (NUL, absent from source code) is the pad."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    chars = bytes_to_unicode()  # byte -> the printable character byte-level BPE vocabularies use
+    core = Tokenizer(models.WordLevel({chars[b]: b for b in range(VOCAB_SIZE)}, unk_token=chars[0]))
+    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+                                                  pre_tokenizers.Split("", "isolated")])
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=chars[0], padding_side=padding_side)
