@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -200,9 +199,7 @@ class Scheduler:
             raise ValueError(f"cancel: no request {request!r} was submitted (ids 0..{len(self.requests) - 1})")
         if request in self.completed:
             return False
-        member = next((m for m in self.pool.window if m.request == request), None)
-        self.pool.queue = deque(q for q in self.pool.queue if q[0] != request)
-        self.pool.window = [m for m in self.pool.window if m is not member]
+        member = self.pool.withdraw({request}).get(request)
         output = member.output if member is not None else RowOutput()
         output.stop = "cancelled"
         self.completed[request] = output
@@ -273,7 +270,7 @@ class Scheduler:
                 done[member.request] = member.output
         for request, output in done.items():
             self._cut(request, output)
-        self.pool.window = [m for m in self.pool.window if m.request not in done]
+        self.pool.withdraw(done)
         served = self.stats.per_round[-1].requests if self.stats.per_round else []
         outputs = {m.request: m.output for m in self.pool.window} | done
         events = [Committed(r, outputs[r].tokens[before.get(r, 0):], outputs[r].stop) for r in served]

@@ -26,7 +26,7 @@ def violations(obs: Observation, oracle: KVOracle | None = None, registry=INVARI
     require_fields(obs)
     memo = Memo() if memo is None else memo
     if ledger is not None:
-        ledger.observe(obs, memo)
+        ledger.record_writes(obs, memo)
     options = {"oracle": oracle, "ledger": ledger, "memo": memo}
     out: list[Violation] = []
     for _id, predicate in registry:

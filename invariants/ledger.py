@@ -172,11 +172,11 @@ class Ledger:
         self._recorded.clear()
 
     def mark(self, call: ForwardCall) -> None:
-        """``call`` was fingerprinted when it returned; :meth:`observe` skips it."""
+        """``call`` was fingerprinted when it returned; :meth:`record_writes` skips it."""
         self._recorded.add(id(call))
 
-    def observe(self, obs: Observation, memo: Memo | None = None) -> None:
-        """Fingerprint the calls of ``obs`` no recorder saw, from the step's end caches."""
+    def record_writes(self, obs: Observation, memo: Memo | None = None) -> None:
+        """Fingerprint the calls of ``obs`` no recorder saw, from the step's end caches (Spec §3.6)."""
         requests = obs.requests if obs.requests is not None else list(range(obs.tokens.shape[0]))
         for call in obs.calls:
             if id(call) in self._recorded:

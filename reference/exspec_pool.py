@@ -118,6 +118,15 @@ class Pool:
         """The prompts that enter the window now: one per free place."""
         return [self.queue.popleft() for _ in range(min(self.window_size - len(self.window), len(self.queue)))]
 
+    def withdraw(self, requests) -> dict[int, Member]:
+        """Take ``requests`` out of the queue and the window between rounds (a
+        request cancelled, or cut by a caller's stop rule); the window members
+        taken, by request, for their outputs."""
+        taken = {m.request: m for m in self.window if m.request in requests}
+        self.queue = deque(q for q in self.queue if q[0] not in requests)
+        self.window = [m for m in self.window if m.request not in requests]
+        return taken
+
     def waiting(self, chosen: list[Member]) -> list[int]:
         """Requests queued or in the window but not in ``chosen``."""
         return [r for r, _ in self.queue] + [m.request for m in self.window if m not in chosen]

@@ -62,7 +62,7 @@ MODEL_ONLY = {
     "kv", "committed_cache",
     # the abstract checker's bookkeeping over a run (§3.6, §3.11, §3.12); the code's
     # checker keeps it in Ledger and History objects, fed by `violations` and `watch`
-    "record_writes", "violated_in_run", "record_choices", "attended_rows", "correct_calls",
+    "violated_in_run", "record_choices", "attended_rows", "correct_calls",
     # §8.5's statement for one run, a theorem like those of §5
     "exspec_exact",
 }
