@@ -82,7 +82,7 @@ def one_chain(chains: Chains) -> list[Violation]:
             s = int(bad[i].nonzero()[0])
             out.append(_explain_chain(chains, i, s))
     rows = {v.row for v in out}
-    if chains.checked != t:
+    if chains.checked != t and not chains.window:  # in a window a hidden slot shrinks it (window_size)
         out += [v for v in _detours(chains) if v.row not in rows]
         rows = {v.row for v in out}
     if bool(hidden.any()):

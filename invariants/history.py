@@ -57,6 +57,9 @@ class Chains:
     #: slots; or (Chains, slot, at, attended, rows), its chain elements by rank (History._moved)
     _source: tuple | None = None
     _labels: torch.Tensor | None = None
+    #: the window ``W`` of the layers read (Spec §3.12.2's window rule), 0 for full attention:
+    #: ranks are then positions, not indices into the call's columns
+    window: int = 0
     #: calls since the last one whose context labels were built: each lazy context reads the
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0

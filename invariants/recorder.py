@@ -215,7 +215,7 @@ class Watch:
         if alone:
             self.history.calls += 1
         keep = self.history.hashes
-        chains = window_chains(self.history, narrow, hashes)
+        chains = window_chains(self.history, narrow, hashes, w)
         found = one_chain(chains)
         found += [v for v in window_size(chains, counts, w) if v.row not in {f.row for f in found}]
         chains.hashes = hashes

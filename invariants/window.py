@@ -61,7 +61,7 @@ def window_call(call: ForwardCall, raw, w: int, kv_offset: int) -> tuple[Forward
     return replace(call, attention_mask=seen.any(1).long(), cache_length=t - max(t - w + 1, 0)), seen.sum(-1)
 
 
-def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor) -> Chains:
+def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor, w: int) -> Chains:
     """The window call read as chains (Spec §3.12.2): the first attended slot
     whose label names its prefix (not content that several writers produced
     after other prefixes or as other tokens) gives
@@ -86,7 +86,8 @@ def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor) -> 
     node = contrib.cumsum(1)
     base = torch.where(pinned, labels[:, 2] - (node - contrib).gather(1, first)[:, 0], 0)  # the hash before the window
     node = base[:, None] + node
-    return Chains(history.calls, call, attended, rank, token, node - contrib, node, history, _context=context)
+    return Chains(history.calls, call, attended, rank, token, node - contrib, node, history, _context=context,
+                  window=w)
 
 
 def window_size(chains: Chains, counts: torch.Tensor, w: int) -> list[Violation]:

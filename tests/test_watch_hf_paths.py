@@ -80,25 +80,22 @@ def test_assisted_generation_with_a_draft_model_is_exact_and_silent(name):
     assert got == want and w.violations == [] and w.calls > 4
 
 
-@pytest.mark.parametrize("name", ARCHITECTURES)
-def test_prompt_lookup_is_exact_and_silent(name):
-    target = build(name)
-    prompt = clean(target, [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 3, 9, 3, 9, 3, 9], [40, 41, 40, 41, 40, 41]])  # repeats
-    want = generate(target, [prompt], do_sample=False)
-    with watch(target=target) as w:
-        got = generate(target, [prompt], do_sample=False, prompt_lookup_num_tokens=3)
-        w.outputs([prompt], got, max_new_tokens=N, eos_token_id=1)
-    assert got == want and w.violations == []
+#: the candidate generators that draft with no second model: prompt lookup (over a prompt that
+#: repeats, so that it proposes), and early exit (the target's own first layer drafts)
+SELF_DRAFTING = [(name, "lookup") for name in ARCHITECTURES] + [(n, "early_exit") for n in ("llama", "mistral", "gemma3")]
 
 
-@pytest.mark.parametrize("name", ["llama", "mistral", "gemma3"])
-def test_early_exit_is_exact_and_silent(name):
-    """The target drafts with its own first layer (``assistant_early_exit``)."""
+@pytest.mark.parametrize("name, how", SELF_DRAFTING)
+def test_self_drafting_generation_is_exact_and_silent(name, how):
     target = build(name)
-    prompt = clean(target, SINGLES)
+    if how == "lookup":
+        prompt = clean(target, [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 3, 9, 3, 9, 3, 9], [40, 41, 40, 41, 40, 41]])
+        extra = {"prompt_lookup_num_tokens": 3}
+    else:
+        prompt, extra = clean(target, SINGLES), {"assistant_early_exit": 1}
     want = generate(target, [prompt], do_sample=False)
     with watch(target=target) as w:
-        got = generate(target, [prompt], do_sample=False, assistant_early_exit=1)
+        got = generate(target, [prompt], do_sample=False, **extra)
         w.outputs([prompt], got, max_new_tokens=N, eos_token_id=1)
     assert got == want and w.violations == []
 
