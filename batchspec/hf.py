@@ -32,14 +32,14 @@ from pathlib import Path
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .api import generate as batchspec_generate
+from . import api
 from .hf_refusals import ENCODER_DECODER, check_arguments, draft_policy, eos_list, refuse, warping
 from .inputs import read_rows
 from .methods import METHODS
 from .validate import method_spec
 
 #: The Hub-layout folder: ``custom_generate=batchspec.hf.HUB, trust_remote_code=True``.
-HUB = str(Path(__file__).parent / "hub")
+HUB = str(Path(__file__).parent / "batchspec_generate")
 
 
 @dataclass
@@ -87,7 +87,7 @@ def generate(model, input_ids, logits_processor=None, stopping_criteria=None, ge
     pad = generation_config.pad_token_id if generation_config.pad_token_id is not None else (eos or [None])[0]
     if token_streamer is not None:
         token_streamer.put(input_ids.cpu())
-    result = batchspec_generate(
+    result = api.generate(
         model, draft, rows.prompts, method=streaming(method, token_streamer),
         num_draft_tokens=draft_policy(generation_config, draft),
         max_new_tokens=generation_config.max_length - input_ids.shape[1],
