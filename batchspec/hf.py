@@ -32,14 +32,14 @@ from pathlib import Path
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .api import generate as batchspec_generate
-from .hf_refusals import ENCODER_DECODER, check_arguments, draft_policy, refuse, warping
+from . import api
+from .hf_refusals import ENCODER_DECODER, check_arguments, draft_policy, eos_list, refuse, warping
 from .inputs import read_rows
 from .methods import METHODS
 from .validate import method_spec
 
 #: The Hub-layout folder: ``custom_generate=batchspec.hf.HUB, trust_remote_code=True``.
-HUB = str(Path(__file__).parent / "hub")
+HUB = str(Path(__file__).parent / "batchspec_generate")
 
 
 @dataclass
@@ -59,9 +59,10 @@ def generate(model, input_ids, logits_processor=None, stopping_criteria=None, ge
     ``method`` (``"eqspec"``, the default, Spec §4; or ``"exspec"``, Spec §8)
     and the draft ``draft``, reading what transformers prepared.
 
-    ``generation_config.num_assistant_tokens`` is ``k`` (default 5);
+    ``generation_config.num_assistant_tokens`` is ``k``; a positive
     ``assistant_confidence_threshold`` selects the confident policy (Spec
-    §4.2.3) with ``k_max = num_assistant_tokens``; the ``"heuristic"``
+    §4.2.3) with ``k_max = num_assistant_tokens`` (transformers' defaults,
+    20 and 0.4, give that policy); the ``"heuristic"``
     schedules select ``"auto"`` (Spec §4.2.2), batchspec's own adaptive ``k'``.
     ``do_sample=True`` runs keyed speculative sampling (Spec §4.3.2) with the
     warpers transformers prepared; ``seed`` (an int or one per row) keys it,
@@ -70,32 +71,32 @@ def generate(model, input_ids, logits_processor=None, stopping_criteria=None, ge
     (batch 1) gets the prompt, then each round's committed tokens.
     """
     if draft is None:
-        raise ValueError("draft: no draft model arrived (transformers drops assistant_model before a callable "
-                         "custom_generate); pass draft=assistant, or custom_generate=batchspec.hf.HUB with "
-                         "trust_remote_code=True and assistant_model=assistant")
+        refuse("draft", "no draft model arrived (transformers drops assistant_model before a callable "
+                        "custom_generate); pass draft=assistant, or custom_generate=batchspec.hf.HUB with "
+                        "trust_remote_code=True and assistant_model=assistant")
     check_arguments(model, draft, generation_config, logits_processor, stopping_criteria, model_kwargs,
                     token_streamer, input_ids)
     rows = read_rows(input_ids, model_kwargs.get("attention_mask"))
     left = bool((rows.start + rows.length == input_ids.shape[1]).all())
     right = bool((rows.start == 0).all()) and not left
     if not (left or right):
-        raise ValueError("attention_mask: some rows are padded on the left and others on the right; "
-                         "pad one side (tokenizer.padding_side)")
+        refuse("attention_mask", "some rows are padded on the left and others on the right; pad one side "
+                                 "(tokenizer.padding_side)")
     temperature, top_k, top_p = warping(logits_processor, generation_config.do_sample)
-    eos = generation_config._eos_token_tensor
-    pad = generation_config._pad_token_tensor
+    eos = eos_list(generation_config.eos_token_id)
+    pad = generation_config.pad_token_id if generation_config.pad_token_id is not None else (eos or [None])[0]
     if token_streamer is not None:
         token_streamer.put(input_ids.cpu())
-    result = batchspec_generate(
+    result = api.generate(
         model, draft, rows.prompts, method=streaming(method, token_streamer),
         num_draft_tokens=draft_policy(generation_config, draft),
         max_new_tokens=generation_config.max_length - input_ids.shape[1],
-        eos_token_id=None if eos is None else eos.reshape(-1).tolist(),
+        eos_token_id=eos or None,
         do_sample=bool(generation_config.do_sample), temperature=temperature, top_k=top_k, top_p=top_p,
         seed=_seed(seed, generation_config.do_sample))
     if token_streamer is not None:
         token_streamer.end()
-    sequences = layout(input_ids, rows, result.sequences, None if pad is None else int(pad), right)
+    sequences = layout(input_ids, rows, result.sequences, pad, right)
     if generation_config.return_dict_in_generate:
         return SpeculativeOutput(sequences=sequences, stop_reasons=result.stop_reasons, stats=result.stats)
     return sequences
@@ -111,10 +112,10 @@ def hub_generate(model, assistant_model=None, streamer=None, tokenizer=None, ass
         if m is not None and getattr(m.config, "is_encoder_decoder", False):
             refuse(role, ENCODER_DECODER.format(type(m).__name__))
     if assistant_tokenizer is not None:
-        raise ValueError("assistant_tokenizer: an assistant with another tokenizer cannot speculate for batchspec "
-                         "(its drafts must be the target's token ids); use a draft that shares the target's tokenizer")
+        refuse("assistant_tokenizer", "an assistant with another tokenizer cannot speculate for batchspec (its "
+                                      "drafts must be the target's token ids); use a draft sharing the target's tokenizer")
     if draft is not None and assistant_model is not None and draft is not assistant_model:
-        raise ValueError("draft: given besides a different assistant_model; pass the draft once, as assistant_model")
+        refuse("draft", "given besides a different assistant_model; pass the draft once, as assistant_model")
     return type(model).generate(model, custom_generate=generate, draft=assistant_model or draft,
                                 token_streamer=streamer, tokenizer=tokenizer, **arguments)
 
@@ -128,8 +129,8 @@ def layout(input_ids, rows, generated: list[list[int]], pad: int | None, right: 
     new = max(map(len, generated), default=0)
     ragged = any(len(g) < new for g in generated) or (right and bool((rows.length < width).any()))
     if pad is None and ragged:
-        raise ValueError("pad_token_id: rows of different lengths need a pad id to fill them; pass "
-                         "pad_token_id=tokenizer.pad_token_id")
+        refuse("pad_token_id", "rows of different lengths need a pad id to fill them; pass "
+                               "pad_token_id=tokenizer.pad_token_id")
     fill = 0 if pad is None else pad
     tail = torch.tensor([g + [fill] * (new - len(g)) for g in generated], dtype=input_ids.dtype)  # [B, N]
     tail = tail.reshape(batch, new).to(input_ids.device)

@@ -67,8 +67,21 @@ ENCODER_DECODER = "{} is an encoder-decoder model; batchspec decodes decoder-onl
 PREPARED = ("attention_mask", "position_ids", "logits_to_keep", "cache", "use_cache")
 
 
+#: transformers' defaults of the assisted-decoding fields (``GenerationConfig``, 5.24).
+ASSISTED_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant",
+                     "assistant_confidence_threshold": 0.4}
+
+
 def refuse(argument: str, why: str) -> None:
+    """Raise the one-line ``ValueError`` ``"argument: why"``."""
     raise ValueError(f"{argument}: {why}")
+
+
+def eos_list(eos_token_id) -> list[int]:
+    """The generation config's ``eos_token_id`` (None, an int or a list) as a list."""
+    if eos_token_id is None:
+        return []
+    return [int(e) for e in (eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id])]
 
 
 def check_arguments(model, draft, config, processors, criteria, model_kwargs, streamer, input_ids) -> None:
@@ -135,11 +148,9 @@ def draft_policy(config, draft):
     defaults 20, ``"constant"``, 0.4); where that is the default and the
     assistant's own generation config sets the field, the assistant's value
     (transformers' assisted decoding reads it there)."""
-    defaults = config._get_default_generation_params()
-
     def read(field):
         value, own = getattr(config, field, None), getattr(draft.generation_config, field, None)
-        return own if own is not None and value == defaults.get(field) else value
+        return own if own is not None and value == ASSISTED_DEFAULTS[field] else value
 
     k, schedule = read("num_assistant_tokens"), read("num_assistant_tokens_schedule")
     threshold = read("assistant_confidence_threshold")

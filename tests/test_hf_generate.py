@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
 import batchspec
 from batchspec import hf
+from batchspec.hf_refusals import ASSISTED_DEFAULTS
 from batchspec.models.default_pair import held_out_sample, load_default_pair
 
 LENGTHS = {1: [7], 3: [5, 9, 3], 8: [4, 11, 6, 2, 9, 7, 3, 10]}
@@ -107,6 +109,11 @@ def rounds_k(target, draft, **options):
     out = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, custom_generate=hf.generate,
                           draft=draft, return_dict_in_generate=True, **options)
     return [r.drafted for r in out.stats.per_round]
+
+
+def test_the_assisted_defaults_are_transformers_own():
+    defaults = GenerationConfig._get_default_generation_params()
+    assert all(defaults[field] == value for field, value in ASSISTED_DEFAULTS.items())
 
 
 def fixed(ks):

@@ -19,7 +19,7 @@ from batchspec.cli import main as cli
 from batchspec.conformance import export
 from batchspec.invariants import watch
 
-FOLDER = Path(__file__).resolve().parent.parent / "batchspec" / "hub"
+FOLDER = Path(__file__).resolve().parent.parent / "batchspec" / "batchspec_generate"
 
 
 def left_padded(prompts):
