@@ -19,14 +19,15 @@ import torch
 
 import batchspec
 from batchspec.audit import audit
-from batchspec.cli.pairs import PAIRS, default_prompts, tiny_prompts
+from batchspec.models.prompts import default_prompts, tiny_prompts
+from batchspec.models.registry import load_pair
 from batchspec.testing import reference_greedy
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 def load(name: str, dtype, device):
-    target, draft, _ = PAIRS[name].load(dtype, torch.device(device), False)
+    target, draft, _ = load_pair(name, dtype=dtype, device=device)
     return target, draft
 
 

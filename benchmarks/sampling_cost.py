@@ -16,7 +16,8 @@ import json
 import torch
 
 import batchspec
-from batchspec.cli.common import add_pair_arguments, load_pair
+from batchspec.models.prompts import prompts_for
+from batchspec.models.registry import DTYPES, PAIRS, load_pair
 
 SETTINGS = {"greedy": {}, "sample t=1": dict(do_sample=True, temperature=1.0),
             "sample t=0.7": dict(do_sample=True, temperature=0.7),
@@ -25,7 +26,10 @@ SETTINGS = {"greedy": {}, "sample t=1": dict(do_sample=True, temperature=1.0),
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_pair_arguments(ap)  # --pair, --device, --dtype as the CLI takes them (float64 on the embedded pairs)
+    ap.add_argument("--pair", choices=list(PAIRS), default="default")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
+                    help="default: float64 on the tiny and embedded pairs, else the pair's own")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch-size", type=int, default=4)
@@ -33,9 +37,9 @@ def main(argv=None) -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    pair = load_pair(args)
-    target, draft = pair.target, pair.draft
-    prompts = pair.prompts(args.prompts, 0)
+    exact = torch.float64 if PAIRS[args.pair].kind in ("tiny", "embedded") else None
+    target, draft, tokenizer = load_pair(args.pair, DTYPES.get(args.dtype, exact), args.device)
+    prompts = prompts_for(PAIRS[args.pair].kind, tokenizer)(args.prompts, 0)
     rows = []
     for name, sampling in SETTINGS.items():
         s = batchspec.generate(target, draft, prompts, num_draft_tokens=args.k, max_new_tokens=args.max_new_tokens,
@@ -55,7 +59,7 @@ def main(argv=None) -> None:
     keys = list(rows[0])
     widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
     print(f"pair {args.pair}, {args.prompts} prompts, batch {args.batch_size}, k = {args.k}, "
-          f"{args.max_new_tokens} new tokens, {str(pair.dtype).removeprefix('torch.')}, one thread")
+          f"{args.max_new_tokens} new tokens, {str(target.dtype).removeprefix('torch.')}, one thread")
     print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
     for r in rows:
         print("  ".join(str(r[k]).rjust(w) for k, w in zip(keys, widths)))

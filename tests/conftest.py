@@ -15,6 +15,16 @@ from batchspec.testing import reference_greedy
 
 torch.set_num_threads(1)  # tiny models: per-call overhead dominates; one thread avoids oversubscription
 
+DOCS = Path(__file__).resolve().parent / "docs"
+
+
+def pytest_collection_modifyitems(items):
+    """The ``docs`` marker, set once: every test in tests/docs/, and any test that
+    builds the site (the ``docs_site`` fixture), so ``-m "not docs"`` leaves the build out."""
+    for item in items:
+        if Path(item.fspath).is_relative_to(DOCS) or "docs_site" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docs)
+
 
 @pytest.fixture(scope="session")
 def pairs():

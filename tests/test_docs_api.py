@@ -9,16 +9,14 @@ each conversion fires on the input it exists for and leaves other text alone.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import griffe
+import griffe_batchspec as ext  # docsbuild/, on pytest's pythonpath
+import hooks
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "docsbuild"))
-import griffe_batchspec as ext  # noqa: E402
-import hooks  # noqa: E402
 
 ROLE = re.compile(r":(class|func|meth|data|mod|attr|exc|obj):")
 MODULES = ["batchspec", "reference", "invariants", "audit", "oracle", "faults", "scheduler", "models", "trace", "viz"]

@@ -6,7 +6,10 @@
 * ``reference/`` imports only itself and ``invariants/``, never times and never
   prints: no ``time``/``timeit``/``logging`` import, no ``print`` call
   (Contributing §4.7). Timing and output belong to ``batchspec``'s driver,
-  benchmarks and CLI.
+  benchmarks and CLI;
+* ``benchmarks/`` loads pairs and prompts through the public
+  ``batchspec.models`` API, never through the command line's modules
+  (``batchspec.cli``), which are free to change with the commands.
 
 The rules are checked on the parsed source, so a comment or a docstring that
 names a module is no import.
@@ -72,6 +75,21 @@ def test_the_layers_keep_their_rules():
         for module, path in paths:
             found += problems(folder, module, path.read_text())
     assert not found, "\n".join(found)
+
+
+def cli_imports(module: str, source: str) -> list[str]:
+    """The imports of ``batchspec.cli`` in a benchmark script."""
+    return [f"{module}:{line}: imports {name}" for line, name in imported(ast.parse(source), module)
+            if name == "batchspec.cli" or name.startswith("batchspec.cli.")]
+
+
+def test_benchmarks_use_the_public_models_api():
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) > 3
+    found = [p for path in scripts for p in cli_imports(path.name, path.read_text())]
+    assert not found, "\n".join(found)
+    assert cli_imports("planted.py", "from batchspec.cli.pairs import PAIRS\nfrom batchspec.models import registry\n") \
+        == ["planted.py:1: imports batchspec.cli.pairs"]
 
 
 def test_the_rules_fire_on_planted_imports_timing_and_printing():
