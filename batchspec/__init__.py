@@ -9,6 +9,8 @@ offline model pairs.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what the names below are, for type checkers and the API pages (griffe)
@@ -43,3 +45,20 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package module, keeping a public function over its submodule's name.
+
+    Python binds a submodule to its parent's attribute when it is first imported
+    (``from batchspec.audit import tolerance`` sets ``batchspec.audit`` to the
+    module), which would hide the function ``batchspec.audit`` once the names
+    load on first use; that binding is skipped for the names of :data:`_HOMES`."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and name in _HOMES and value.__name__ == f"{__name__}.{name}":
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
