@@ -9,7 +9,11 @@ identified by its content (the chain it attends), never by its index:
   order, then its attended inputs, are one chain ``x_0, x_1, ...`` at
   positions ``0, 1, ...``: each attended slot holds what a forward call wrote
   for token ``x_j`` at position ``j`` after exactly ``x_0 .. x_{j-1}``, and
-  each input is fed at the position equal to its index in the chain.
+  each input is fed at the position equal to its index in the chain; no
+  row hides a committed token; and no target call attends from its cache a
+  token after a prefix on which the target had chosen another
+  (:func:`_rejected`, :mod:`.stream`), reported at the decoder's first wrong
+  call.
 * **C2 the target's choices** (:func:`target_choices`, from ``w.outputs``):
   every returned token after the prompt is the target's greedy choice on
   exactly the prefix before it, computed by one of the watched target calls
@@ -59,6 +63,12 @@ def one_chain(chains: Chains) -> list[Violation]:
     produced from other prefixes (``BLIND``) or other tokens (``AMBIGUOUS``)
     is let through on less (the position, or nothing).
     """
+    rejected = _rejected(chains) if chains.call.model == "target" else []
+    return rejected + [v for v in _chain(chains) if v.row not in {r.row for r in rejected}]
+
+
+def _chain(chains: Chains) -> list[Violation]:
+    """C1's first two clauses: one chain at positions ``0, 1, …``; no committed token hidden."""
     t, att, rank = chains.cached, chains.attended, chains.rank
     positions = chains.call.position_ids.to(rank)  # [B, n]
     if chains.checked == t and bool(att[:, t:].all()) and torch.equal(positions, rank[:, t:]):
@@ -90,6 +100,53 @@ def one_chain(chains: Chains) -> list[Violation]:
     return out
 
 
+def _rejected(chains: Chains) -> list[Violation]:
+    """C1's third clause (Spec §3.12.2): no target call attends from its cache a
+    token after a prefix on which an earlier target call had chosen another
+    (:mod:`.stream`). Per row, the earliest such slot, reported at the
+    decoder's first wrong call on it, naming the call that chose and the one
+    that fed the token."""
+    memo, chosen, out = chains.history.stream, chains.history.chosen, []
+    hits = memo.attended(chains)
+    if not bool(hits.any()):
+        return []
+    if memo.reported:  # each rejected token once: at the first call that attends it
+        hits &= ~torch.isin(chains.node[:, :chains.cached], torch.tensor(sorted(memo.reported)).to(hits.device))
+    first = torch.where(hits, chains.rank[:, :chains.cached], chains.rank.shape[1]).argmin(1)  # [B]
+    for i in hits.any(1).nonzero().flatten().tolist():
+        s = int(first[i])
+        node, before = int(chains.node[i, s]), int(chains.before[i, s])
+        token, j, chose = int(chains.token[i, s]), int(chains.rank[i, s]), memo.rejected[int(chains.node[i, s])]
+        choice = min(chosen[before], key=chosen[before].get)
+        fed, late, odd = memo.fed[node], memo.late.get(node), memo.odd.get(node)
+        weight = chains.history.hasher.chain_weights(j + 1, chains.node.device)[j]
+        after = int(chains.before[i, s] + (choice + 1) * weight)  # the node of the choice (wrapping int64)
+        if token in chosen.get(after, {}):
+            why = (f"the row holds {token}, the target's choice after {choice}, where {choice} belongs: the key/value "
+                   f"of the committed {choice} was cropped or dropped (a crop of the wrong length, or another row's)")
+        elif odd is not None and odd < chose:
+            why = (f"call #{odd} fed it where neither model had chosen it (a token repeated or made up, then "
+                   "committed unverified)")
+        elif late is not None and fed == chose:
+            why = (f"call #{late} fed it after that choice, as a committed token: a draft the target rejected "
+                   f"(call #{chose} was fed it) was committed")
+        elif late is not None:
+            why = (f"call #{late} fed it after that choice, as a committed token, and no target call had been fed "
+                   "it there: an unverified token committed (a bonus taken from the draft, or a row without drafts "
+                   "this round committing the draft's token)")
+        else:
+            why = (f"call #{fed} fed it as a draft, to be verified, and the target rejected it there: a rejected "
+                   "draft left attended (the mask, a crop or a cache offset kept it)")
+        detail = (f"target call #{chains.number}, row {i}, attends from its cache (slot {s}) token {token} at "
+                  f"position {j}, on a stream the target rejected: call #{chose} chose {choice} after the same {j} "
+                  f"tokens; {why}")
+        call = memo.first_wrong(node, chains.number)
+        memo.reported.add(node)
+        out.append(Violation("C1", "one_chain", 0, "call", i, f"token {choice} at position {j}", f"token {token}",
+                             detail, "target" if call == chains.number else None, None, call))
+    return out
+
+
 def _hidden_inputs(chains: Chains) -> list[Violation]:
     """The same on the inputs: no row feeds, masked out, the target's own choice
     after the chain it attends, then goes on with another token at that position."""
@@ -106,8 +163,7 @@ def _hidden_inputs(chains: Chains) -> list[Violation]:
         j, instead = int(chains.rank[i, s]) + 1, int(chains.token[i, s + later[0]])
         detail = (f"row {i} feeds token {x} masked out (input {s - t}): the target's own choice (call #{chose[x]}) "
                   f"after the prefix the row attends, and goes on with token {instead} at position {j} instead: "
-                  "the mask hides a committed token (a mask derived from token values hides every token equal "
-                  "to the pad id)")
+                  f"the mask hides a committed token {_mask_cause(chains, x)}")
         out.append(_report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
     return out
 
@@ -140,8 +196,7 @@ def _detours(chains: Chains) -> list[Violation]:
         instead = int(token[i, j])
         detail = (f"row {i} masks out slot {s}, which holds token {x} at position {j}: the target's own choice "
                   f"(call #{chose[x]}) after the prefix the row attends, and goes on with token {instead} at "
-                  "position {j} instead: the mask hides a committed token (a mask derived from token values "
-                  "hides every token equal to the pad id)").replace("{j}", str(j))
+                  f"position {j} instead: the mask hides a committed token {_mask_cause(chains, x)}")
         out.append(_report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
     return out
 
@@ -173,42 +228,62 @@ def _explain_chain(chains: Chains, i: int, s: int) -> Violation:
     where = f"slot {s}" if s < t else f"input {s - t}"
     stream = chains.stream(i, s)
     lead = f"row {i}" + (f" (stream {_head(stream)})" if stream else "") + f": {where}, element {j} of the chain"
+    zeros = s < t and flag in (UNWRITTEN, PADDING) and int(chains.history.hashes[i, s]) == 0  # every bit zero
+    if zeros:
+        what = "padding" if flag == PADDING else "a slot never written"
+        detail = (f"{lead}, holds zeros ({what}, or a key/value zeroed, such as a rejected draft's, still "
+                  "attended), not a token of the chain, and the mask attends it")
+        return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "zeros", detail)
     if s < t and flag == UNWRITTEN:
-        zeros = int(chains.history.hashes[i, s]) == 0  # every bit zero: allocated, never written
-        detail = f"{lead}, holds " + ("zeros, a slot never written" if zeros else
-                                       "a key/value that no watched forward call wrote (a stale, blended or foreign slot)")
+        detail = f"{lead}, holds a key/value that no watched forward call wrote (a stale, blended or foreign slot)"
         return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "unwritten content", detail)
     if s < t and flag == PADDING:
         detail = (f"{lead}, holds padding (zeros, or the key/value of a masked input), not a token of the "
                   "chain, and the mask attends it")
         return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "a padding slot", detail)
     if position != j:
-        detail = f"{lead}, is token {token} at position {position}"
-        hidden = _hidden(chains, i, s, j)
-        if hidden is not None and position > j:
-            h_slot, h_token = hidden
-            detail = (f"row {i} attends position {position} but not position {j} (token {h_token} in slot "
-                      f"{h_slot}, written, masked out): the mask hides a real token (a mask derived from "
-                      "token values hides every token equal to the pad id)")
-        elif s >= t:
-            detail += " fed: the position ids are not the chain's indices"
-        else:
-            detail += ": the slot holds another position's key/value"
+        detail = f"{lead}, is token {token} at position {position}" + _position_cause(chains, i, s, j, position)
         return _report(chains, "C1", "one_chain", i, f"position {j}", f"position {position}", detail)
     detail = (f"{lead}, holds token {token} at position {position} computed after another prefix than the "
               f"{j} tokens the row attends before it (a slot from another row or another round)")
     return _report(chains, "C1", "one_chain", i, f"token {token} after {_head(stream)}", "another prefix", detail)
 
 
+def _position_cause(chains: Chains, i: int, s: int, j: int, position: int) -> str:
+    """Why element ``j`` of row ``i``'s chain sits at another position, in the decoder's terms."""
+    if s < chains.cached:
+        return ": the slot holds another position's key/value"
+    if position < j:
+        return (" fed: the position ids lag the chain the row attends (not advanced past every token it holds, "
+                "such as the last round's bonus token)")
+    chosen = chains.history.chosen.get(int(chains.before[i, s]), {})
+    if chosen and int(chains.token[i, s]) not in chosen:
+        skipped = min(chosen, key=chosen.get)
+        hidden = _hidden(chains, i, s, j)
+        where = (f"in slot {hidden}, masked out" if hidden is not None else "cropped, dropped or never written")
+        return (f" fed: the chain skips token {skipped} at position {j}, the target's choice there (call "
+                f"#{chosen[skipped]}): its key/value is {where} {_mask_cause(chains, skipped)}")
+    return (" fed: the position ids run ahead of the chain the row attends (counted past the row's own tokens: "
+            "from another row's acceptance, the batch's largest one, or holes counted as tokens)")
+
+
+def _mask_cause(chains: Chains, token: int) -> str:
+    """The likely cause of a committed ``token`` left out of a row's chain."""
+    if token in chains.history.stream.pad:
+        return (f"(a mask derived from token values hides every token equal to the pad id {token}, "
+                "the target's own output included)")
+    return "(a crop or mask of the wrong length, or another row's crop applied to this row)"
+
+
 def _hidden(chains: Chains, i: int, s: int, j: int):
-    """A masked cached slot of row ``i`` before ``s`` holding position ``j``: ``(slot, token)``."""
+    """A masked cached slot of row ``i`` before ``s`` holding position ``j``, or None."""
     t = min(s, chains.cached)
     if t == 0:
         return None
     labels = chains.history.labels.lookup(chains.history.hashes[i, :t].contiguous())  # [t, 4]
     for h in range(t):
         if not chains.attended[i, h] and int(labels[h, 3]) == WRITTEN and int(labels[h, 1]) == j:
-            return h, int(labels[h, 0])
+            return h
     return None
 
 

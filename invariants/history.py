@@ -28,6 +28,7 @@ import torch
 from ._util import on
 from .observation import ForwardCall
 from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
+from .stream import Stream
 
 
 _UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
@@ -127,6 +128,7 @@ class History:
     calls: int = 0
     hashes: torch.Tensor | None = None  # [B, T + n] the slot hashes of the call being read
     carried: dict = field(default_factory=dict)  # model -> its last call's Chains, with the hashes and labels of every slot
+    stream: Stream = field(default_factory=Stream)  # what each fed token was to the target (C1's third clause)
 
     def first_built_on(self, wrong: int, after: int):
         """``(call number, model)`` of the first logged call after call ``after`` that
@@ -151,9 +153,10 @@ class History:
     def first_off_stream(self, prompt: int, verified: int, after: int):
         """``(call number, model)`` of the first logged call after call ``after`` with
         a row whose chain holds chain hash ``prompt`` but not ``verified`` (a
-        longer chain through it): a row that dropped part of its stream."""
+        longer chain through it): a row that dropped part of its stream. Target
+        calls only: a draft call may lag the stream and run ahead of it at will."""
         for number, model, node, attended, _n in self.log:
-            if number <= after:
+            if number <= after or model != "target":
                 continue
             held = torch.where(attended, node, 0)
             if bool(((held == prompt).any(1) & ~(held == verified).any(1)).any()):
@@ -296,6 +299,7 @@ class History:
         self.log.append((chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1]))
         if call.model == "target" and call.logits is not None:
             self._choices(chains)
+        self.stream.remember(chains, self.chosen)
 
     def _choices(self, chains: Chains) -> None:
         """Record the target's next-token choice after every input its logits cover

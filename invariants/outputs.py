@@ -47,12 +47,22 @@ def target_choices(history: History, prompts, outputs, eos_token_id=None) -> lis
 
 def _first_wrong_call(history: History, nodes: list[int], stream: list[int], p: int, j: int, chose: dict):
     """The first call, after the target's last choice the output agrees with, that
-    builds on the returned stream's wrong part: one whose chain holds the
-    unverified token ``j`` (after the call that chose otherwise, when one did),
-    or holds the prompt but not the verified prefix (a dropped token)."""
+    builds on the returned stream's wrong part: one that built on a token the
+    target had rejected there (:class:`~batchspec.invariants.stream.Stream`), else
+    one whose chain holds the unverified token ``j`` after the call that chose
+    otherwise (when one did), or a target call that holds the prompt but not
+    the verified prefix (a dropped token, or a prefix the target never saw
+    whole). A token no call chose is not itself wrong: a draft call that fed it
+    speculated as any draft may."""
     verified = nodes[p + j - 1] if p + j else 0
+    memo = history.stream
+    built = memo.first_wrong(nodes[p + j]) if nodes[p + j] in memo.rejected else None
+    built = [built] if built is not None else memo.branches(set(nodes[: p + j]))
+    if built:  # a token the target rejected, built on (C1's third clause): the call that first did
+        number = min(built)
+        return number, next(model for n, model, *_ in history.log if n == number)
     since = history.chosen.get(nodes[p + j - 2] if p + j > 1 else 0, {}).get(stream[p + j - 1], 0) if j else 0
-    wrong = history.first_built_on(nodes[p + j], min(chose.values()) if chose else since)
+    wrong = history.first_built_on(nodes[p + j], min(chose.values())) if chose else None
     dropped = history.first_off_stream(nodes[p - 1] if p else 0, verified, since) if j else None
     found = [c for c in (wrong, dropped) if c is not None]
     return min(found) if found else None

@@ -36,6 +36,7 @@ I4/I5/I7 violations about a decoder it is not. For a sampler, fill
 
 from __future__ import annotations
 
+import bisect
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -49,6 +50,7 @@ from .correctness import one_chain
 from .outputs import stops_where_it_should, target_choices
 from .history import History
 from .hf_cache import ABSENT, column_hashes, kinds_of, refuse_cache
+from .stream import special_ids
 from .ledger import Ledger
 from .masks import key_mask
 from .memo import Memo
@@ -75,6 +77,7 @@ class Watch:
         #: the correctness checker's memory (C1-C3, Spec §3.12): labels of every slot
         #: written, and what the target chose after every chain it ran on
         self.history = History()
+        self.history.stream.eos, self.history.stream.pad = special_ids(models["target"])
         self.outputs_checked = 0
         #: seconds spent checking, in the hooks and in outputs(): what the checker costs
         #: the decoder (benchmarks/check_overhead.py reports it against decode time)
@@ -227,7 +230,8 @@ class Watch:
         return found
 
     def _found(self, found: list, obs=None) -> None:
-        self.violations.extend(found)
+        for v in found:  # record mode: the earliest wrong call first (C1 names one before the call it checks)
+            bisect.insort(self.violations, v, key=lambda u: (u.call is None, u.call or 0))
         if found and obs is not None and self.caught is None:
             self.caught = obs
         if found and self.mode == "raise":
@@ -248,8 +252,6 @@ class Watch:
         self.check_seconds += time.perf_counter() - start
         self.outputs_checked += len(prompts)
         self._found(found)
-        # record mode: the violations in call order, so that the first names the first wrong call
-        self.violations.sort(key=lambda v: (v.call is None, v.call or 0))
         return found
 
     def _call(self, name, args, kwargs, t, logits, windows=()) -> ForwardCall:

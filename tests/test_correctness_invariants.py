@@ -157,8 +157,9 @@ def test_a_watch_that_saw_no_call_does_not_pass():
 
 # --- caught at the first wrong call --------------------------------------------------------
 
-#: outside bug -> the invariant that must catch it
-OUTSIDE_BUGS = {"batch_min": "C1", "rejected": "C2", "bonus_draft": "C2", "pad_from_ids": "C1"}
+#: outside bug -> the invariant that must catch it (a committed rejected token at the next target call that
+#: attends it from its cache: C1's third clause, Spec §3.12.2)
+OUTSIDE_BUGS = {"batch_min": "C1", "rejected": "C1", "bonus_draft": "C1", "pad_from_ids": "C1"}
 
 
 @pytest.mark.parametrize("bug", sorted(OUTSIDE_BUGS))

@@ -173,5 +173,5 @@ def test_a_planted_token_choice_bug_is_caught_at_the_first_wrong_call():
         outs = faulty()
         w.outputs(prompts[:1], outs, max_new_tokens=N)
     v = w.violations[0]
-    assert (v.invariant, v.call) == ("C2", first), w.report()
+    assert (v.invariant, v.call) == ("C1", first), w.report()  # the next target call attends it (Spec §3.12.2)
     assert outs != [plain(target, prompts[0])]

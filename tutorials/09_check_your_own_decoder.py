@@ -98,15 +98,18 @@ assert (v.invariant, v.model, v.call) == ("C1", "target", w.calls)
 # ## Bug 2: appending the rejected draft
 #
 # After the accepted drafts, append the draft's (rejected) token instead of
-# the target's. Every cache then describes the wrong stream *faithfully*: no
-# call is inconsistent. What gives it away is the output: a token the target
-# did not choose after that prefix. The message traces it back to the first
-# call that built on it.
+# the target's. Every cache then describes the wrong stream *faithfully*: each
+# call's chain is consistent. What gives it away is the target's own verdict:
+# it had chosen another token after that very prefix, so the next target call
+# that attends the rejected token from its cache is on a stream the target
+# rejected (C1's third clause). The violation names the decoder's first wrong
+# call, the one that fed the rejected token back as committed, though the
+# check raises a round later, at the call that reads it.
 
 # %%
 v, w = caught("rejected")
 print(v)
-assert v.invariant == "C2" and v.call is not None
+assert v.invariant == "C1" and v.call < w.calls and "rejected" in v.detail
 
 # %% [markdown]
 # ## Bug 3: an EOS inside the prompt
@@ -182,6 +185,8 @@ assert w.caught.step == "align" and w.violations[0].invariant == "I6"
 #   with no glue: C1 on every call, C2 and C3 on what it returned.
 # * Slots are known by their content, so any layout and any schedule is
 #   checked, transformers' own included.
-# * A wrong token is caught on the output and traced to the first call that
-#   built on it; a wrong cache or mask is caught at the call that reads it.
+# * A wrong cache or mask is caught at the call that reads it; a committed
+#   token the target had rejected, at the next target call that attends it,
+#   named by the first call that fed it back; any other wrong token on the
+#   output, traced to the first call that built on it.
 # * The layout invariants are an opt-in refinement for the compact layout.
