@@ -3,7 +3,7 @@
 Correct, it is silent on three pairs (the embedded default pair, a tiny Llama
 and a tiny Qwen3) and exact. Bugs planted through public objects, a cache
 layer's ``crop`` and the target's forward hooks, are caught at the first
-wrong call, found as in ``test_correctness_invariants`` by comparing every
+wrong call, found (``_call_diff``) as in ``test_correctness_invariants`` by comparing every
 call with those of a correct run.
 """
 
@@ -18,7 +18,7 @@ from transformers.cache_utils import DynamicLayer
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
 from _broken_helpers import WITH_PAD_ID, pair  # noqa: E402
-from test_correctness_invariants import first_divergence  # noqa: E402
+from _call_diff import first_divergence  # noqa: E402
 
 from batchspec.demo_pair import demo_pair  # noqa: E402
 from batchspec.invariants import InvariantViolation, watch  # noqa: E402
