@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .draft_lengths import resolve_draft_policy
+from .draft_lengths import start
 from .inputs import as_prompts
 from .driver import checks, drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
 from .reference import Models
+from .reference.draft_policy import as_policy
 from .reference.sampling import Sampler, Warping
 from .stats import Stats
 from .validate import method_spec, validate, validate_sampling
@@ -66,11 +67,15 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     end). ``window_size`` and
     ``sort_by_length`` (default True) apply to ``method="exspec"`` only;
     given to another method they raise. Every mistake raises ``ValueError`` or
-    ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens="auto"`` chooses ``k'``
-    per round from forward costs measured before decoding and the running
-    acceptance (Spec §4.2.2); ``"confident"`` (or a ``Confident(threshold,
-    k_max)``) keeps drafting while the draft is confident (Spec §4.2.3); each
-    round's record (``result.stats.per_round``) says the ``k'`` it drafted.
+    ``TypeError`` before any model runs (``docs/errors.md``). ``num_draft_tokens``: an int ``k``
+    (``Fixed(k)``), or a draft policy (Spec §4.2): ``"auto"`` (or an
+    ``Auto()``) chooses ``k'`` per round from forward costs measured before
+    decoding and the running acceptance (Spec §4.2.2); pass one ``Auto()``
+    to many calls and it measures each shape once. ``"confident"`` (or a
+    ``Confident(threshold, k_max)``) keeps drafting while the draft is
+    confident (Spec §4.2.3). Each round's record (``result.stats.per_round``)
+    says the ``k'`` it drafted; ``result.stats.draft_policy`` what the
+    policy did.
 
     ``do_sample=True`` (eqspec, exspec, autoregressive) samples from the
     target warped by ``temperature``, ``top_k`` and ``top_p`` (transformers'
@@ -82,25 +87,31 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     """
     prompts = as_prompts(target, prompts, attention_mask)
     sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    eos = validate(target, draft, prompts, method, METHODS, num_draft_tokens, max_new_tokens,
+    policy = as_policy(num_draft_tokens)  # the one conversion of an int or a name (Spec §4.2)
+    eos = validate(target, draft, prompts, method, METHODS, policy, max_new_tokens,
                    batch_size, eos_token_id, check_invariants, window_size=window_size,
                    sort_by_length=sort_by_length)
     keys = validate_sampling(method, METHODS, prompts=prompts, **sampling)
     name, spec = method_spec(method, METHODS)
     models = Models(target, draft if spec.needs_draft else None)
+    stats = Stats(name)
+    policy = start(models, policy, batch_size or max(len(prompts), 1), stats.calibrations.append)
+    if policy.k_max == 0:  # plain decoding: auto found that speculation cannot pay (stats say so)
+        models = Models(target, None)
     config = DecodeConfig(
-        k=resolve_draft_policy(models, num_draft_tokens, batch_size or max(len(prompts), 1)), max_new_tokens=max_new_tokens,
+        k=policy, max_new_tokens=max_new_tokens,
         eos=torch.tensor(eos, dtype=torch.long, device=target.device) if eos else None,
         batch_size=batch_size or max(len(prompts), 1), window_size=window_size,
         sort_by_length=sort_by_length is not False,
         sampler=None if keys is None else Sampler(Warping(float(temperature), top_k, top_p), dict(enumerate(keys))))
     oracle, ledger = checks(check_invariants, target, draft)
-    stats, found, outputs = Stats(name), [], {}
-    start = time.perf_counter()
+    found, outputs = [], {}
+    began = time.perf_counter()
     with torch.no_grad():
         for decoder in spec.decoders(models, prompts, config):
             outputs.update(drive(decoder, stats, check_invariants, oracle, found, target.device, ledger))
-    stats.wall_seconds = time.perf_counter() - start
+    stats.wall_seconds = time.perf_counter() - began
+    stats.draft_policy = policy.describe()
     sequences = [outputs[r].tokens for r in range(len(prompts))]
     stats.generated_tokens = sum(map(len, sequences))
     # with nothing to generate no row runs, and every row stopped at its budget

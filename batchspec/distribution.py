@@ -25,6 +25,7 @@ from dataclasses import replace
 import torch
 import transformers as tf
 
+from .reference.draft_policy import Fixed
 from .reference import acceptance
 from .reference.eqspec import STEPS
 from .reference.sampling import Sampler, Warping
@@ -135,7 +136,7 @@ def sample_continuations(target, draft, prompt: list[int], n: int, count: int, w
 
     change, steps = controls()[control] if control else ((lambda s: s), STEPS)
     sampler = change(Sampler(warping, {r: (first_seed + r, 0) for r in range(count)}))
-    decoder = decode(Models(target, draft), [list(prompt)] * count, list(range(count)), k, n, None,
+    decoder = decode(Models(target, draft), [list(prompt)] * count, list(range(count)), Fixed(k), n, None,
                      replace(steps, sampler=sampler))
     with torch.no_grad():
         while True:

@@ -1,25 +1,24 @@
-"""``num_draft_tokens`` as the decoders take it: one resolver for ``generate``
-and ``Scheduler`` alike (Spec §4.2.2, §4.2.3).
+"""The draft policy a run decodes with, started at the API edge (Spec §4.2,
+§4.2.2, §4.2.3), and the forward-cost calibration ``Auto`` prices rounds with.
 
-``num_draft_tokens`` is an int ``k >= 1``; ``"auto"``, a policy choosing
-``k'`` before each round from forward costs and running acceptance
-(:class:`~batchspec.reference.draft_policy.AutoK`); ``"confident"``, a policy
-that keeps drafting while the draft is confident
-(:class:`~batchspec.reference.draft_policy.Confident`, its defaults); or a
-``Confident(...)`` of the caller's own threshold and cap. The algorithm times
-nothing (Contributing §4.7): the costs ``"auto"`` needs are measured here, before
-decoding, by :func:`calibrate`.
+``generate``, ``Scheduler`` and the CLI convert ``num_draft_tokens`` once
+with :func:`~batchspec.reference.draft_policy.as_policy`; :func:`start`
+gives the run its copy. The algorithm times nothing: the costs ``Auto``
+needs are measured here, before decoding, by :func:`calibrate`, once per
+(target, draft, batch size, dtype, device, threads) for each ``Auto``
+object (its memo), and reported to ``on_calibrate``.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
+import time
+from typing import Callable
 
 import torch
 
 from .driver import clock
-from .reference.draft_policy import AUTO_MAX_K, AutoK, Confident, Costs
+from .reference.draft_policy import AUTO_MAX_K, Costs, DraftPolicy, Fixed
 from .reference.model_call import run_forward
 from .reference.moves import crop_to
 from .reference.state import attention_mask, content_index
@@ -29,19 +28,23 @@ from .reference.storage import new_cache
 CONTEXT = 64
 
 
-def resolve_draft_policy(models, num_draft_tokens, batch_size: int):
-    """The int, or a fresh policy object: :class:`AutoK` over costs just
-    measured at ``batch_size`` (:func:`calibrate`), or :class:`Confident`.
-    Plain decoding (``models.draft is None``) takes ``k = 0``. A policy
-    object given by the caller is used as it is (its state is per run:
-    pass a new one to each call)."""
+def start(models, policy: DraftPolicy, batch_size: int, on_calibrate: Callable | None = None) -> DraftPolicy:
+    """The copy of ``policy`` one run decodes with (``Fixed(0)``, plain
+    decoding, when ``models.draft is None``). ``Auto`` calibrates here, on
+    first use of a shape; ``on_calibrate(report)`` hears what was measured
+    (``report``: batch size, seconds per call shape, seconds spent)."""
     if models.draft is None:
-        return 0
-    if num_draft_tokens == "auto":
-        return AutoK(calibrate(models.target, models.draft, batch_size))
-    if num_draft_tokens == "confident":
-        return Confident()
-    return num_draft_tokens
+        return Fixed(0)
+
+    def measure(target, draft, batch, k_max):
+        began = time.perf_counter()
+        costs = calibrate(target, draft, batch, k_max)
+        if on_calibrate is not None:
+            on_calibrate({"batch_size": batch, "draft_call": costs.draft[batch], "target_calls": costs.target[batch],
+                          "seconds": time.perf_counter() - began})
+        return costs
+
+    return policy.start(models, batch_size, measure)
 
 
 def prefilled(model, batch: int, context: int, extra: int):
@@ -71,12 +74,8 @@ def calibrate(target, draft, batch_size: int, k_max: int = AUTO_MAX_K, repeats: 
     """The costs ``"auto"`` prices rounds with, at ``batch_size`` only: a draft
     call of one token, target calls of 1 and ``k_max + 1`` tokens (the others
     interpolate linearly). Each shape runs once untimed, then ``repeats``
-    times; its median counts: ``3 + 2 (repeats + 1)`` calls per model and
-    shape set, a few seconds on a CPU for a 1.5B target. On a terminal it says
-    what it is doing first."""
-    if sys.stderr.isatty():
-        print(f"batchspec: timing a few forward calls at batch {batch_size} for num_draft_tokens='auto'",
-              file=sys.stderr)
+    times; its median counts: a context fill, then ``repeats + 1`` calls per
+    shape, a few seconds on a CPU for a 1.5B target."""
     shapes = [("draft", 1), ("target", 1), ("target", k_max + 1)]
     models = {"target": target, "draft": draft}
     prepared = {name: prefilled(model, batch_size, CONTEXT, k_max + 1) for name, model in models.items()}

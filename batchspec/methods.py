@@ -16,13 +16,14 @@ from .driver import clocked
 from .reference import Models, decode
 from .reference import exspec
 from .reference.baselines import BASELINES
+from .reference.draft_policy import Fixed
 from .reference.eqspec import STEPS
 from .reference.exspec_policy import laggards_first
 from .reference.exspec_pool import Pool
 from .validate import window
 
 if TYPE_CHECKING:
-    from .reference.draft_policy import AutoK, Confident
+    from .reference.draft_policy import DraftPolicy
     from .reference.sampling import Sampler
 
 
@@ -31,10 +32,9 @@ class DecodeConfig:
     """Everything a method needs besides the models and the prompts.
 
     Attributes:
-        k: ``num_draft_tokens`` as resolved by ``generate``: an int, the drafts
-            proposed per round, or a draft-length policy (``AutoK`` for
-            ``"auto"``, ``Confident``) that chooses each round's ``k'``
-            (Spec §4.2.2, §4.2.3).
+        k: the run's draft policy, ``num_draft_tokens`` as ``generate``
+            converted and started it (Spec §4.2): ``Fixed(k)``, ``Auto`` or
+            ``Confident``, choosing each round's ``k'``.
         max_new_tokens: the most new tokens any prompt gets; a row that
             reaches it stops with reason ``"length"``.
         eos: the EOS token ids, a ``[E]`` long tensor on the target's
@@ -51,7 +51,7 @@ class DecodeConfig:
             request's key (Spec §4.3.2); ``None``, the default, decodes greedily.
     """
 
-    k: int | AutoK | Confident  # num_draft_tokens: an int, or a draft-length policy (Spec §4.2.2)
+    k: DraftPolicy  # num_draft_tokens as a policy: Fixed(k), Auto, Confident (Spec §4.2)
     max_new_tokens: int
     eos: torch.Tensor | None  # [E] EOS ids, or None
     batch_size: int
@@ -115,7 +115,7 @@ def _eqspec(models, prompts, requests, config):
 
 
 def _autoregressive(models, prompts, requests, config):
-    return decode(Models(models.target), prompts, requests, 0, config.max_new_tokens, config.eos,
+    return decode(Models(models.target), prompts, requests, Fixed(0), config.max_new_tokens, config.eos,
                   replace(STEPS, sampler=config.sampler))
 
 

@@ -18,12 +18,12 @@ from typing import Iterator
 
 import torch
 
-from .draft_lengths import resolve_draft_policy
+from .draft_lengths import start
 from .driver import checks, clocked, drive
 from .inputs import one_prompt
 from .methods import METHODS, default_window
 from .reference.exspec import EXSPEC_STEPS, ExspecSteps, exspec_round
-from .reference.draft_policy import largest_k
+from .reference.draft_policy import as_policy
 from .reference.exspec_policy import Policy, laggards_first
 from .reference.exspec_pool import Pool
 from .reference.state import RowOutput
@@ -119,11 +119,11 @@ class Scheduler:
         pool: EXSPEC's pool (Spec §8.1): the queue of requests not yet
             admitted and the window of at most ``W`` decoding members.
         models: the target and draft models the scheduler was built with.
-        k: ``num_draft_tokens`` resolved once, as ``generate`` resolves it:
-            an int, or a draft-length policy object (Spec §4.2.2, §4.2.3).
+        k: the draft policy the scheduler's rounds use (Spec §4.2): the
+            run's copy of ``num_draft_tokens`` converted once, as
+            ``generate`` converts it (``Fixed(k)``, ``Auto``, ``Confident``).
         num_draft_tokens: the ``num_draft_tokens`` argument as given (an
-            int, ``"auto"``, ``"confident"`` or a ``Confident``), before
-            resolution; ``submit`` validates each request with it.
+            int, ``"auto"``, ``"confident"`` or a policy object).
         max_new_tokens: the default budget of new tokens, for a request
             submitted without its own.
         eos: the default EOS token ids, a frozenset, for a request submitted
@@ -151,19 +151,20 @@ class Scheduler:
                  window_size=None, eos_token_id=None, check_invariants=False,
                  policy: Policy = laggards_first, steps: ExspecSteps = EXSPEC_STEPS):
         require_int("batch_size", batch_size, 1)  # generate() takes None as "all prompts"; a scheduler has no "all"
-        eos = validate(target, draft, [], "exspec", METHODS, num_draft_tokens, max_new_tokens,
+        given = as_policy(num_draft_tokens)  # the one conversion of an int or a name (Spec §4.2)
+        eos = validate(target, draft, [], "exspec", METHODS, given, max_new_tokens,
                        batch_size, eos_token_id, check_invariants)
         if not callable(policy):
             raise TypeError(f"policy must be a function (window, batch_size) -> indices, got {policy!r}")
         self.pool = Pool(batch_size, window(window_size, batch_size, default_window(batch_size)))
         self.models = Models(target, draft)
-        # an int or a policy object, resolved once as generate resolves it (Spec §4.2.2, §4.2.3)
-        self.k = resolve_draft_policy(self.models, num_draft_tokens, batch_size)
+        self.stats = Stats("exspec")
+        # the run's copy of the policy, started once as generate starts it (Spec §4.2)
+        self.k = start(self.models, given, batch_size, self.stats.calibrations.append)
         self.num_draft_tokens, self.max_new_tokens, self.eos = num_draft_tokens, max_new_tokens, frozenset(eos)
         self.policy, self.steps = checked(policy), steps
         self.mode = check_invariants
         self.oracle, self.ledger = checks(check_invariants, target, draft)
-        self.stats = Stats("exspec")
         self.violations: list = []
         self.completed: dict[int, RowOutput] = {}
         self.requests: dict[int, Request] = {}
@@ -181,8 +182,8 @@ class Scheduler:
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         eos = (sorted(self.eos) or None) if eos_token_id is _DEFAULT else eos_token_id
         # a row is cut after the round that reaches its own budget, up to k - 1 positions later (Spec §8.6)
-        ids = validate(self.models.target, self.models.draft, [prompt], "exspec", METHODS, self.num_draft_tokens,
-                       limit, self.pool.batch_size, eos, self.mode, overshoot=largest_k(self.k) - 1)
+        ids = validate(self.models.target, self.models.draft, [prompt], "exspec", METHODS, self.k,
+                       limit, self.pool.batch_size, eos, self.mode, overshoot=self.k.k_max - 1)
         request = len(self.requests)
         self.requests[request] = Request(tuple(prompt), limit, frozenset(ids))
         if limit == 0:

@@ -28,6 +28,13 @@ class Stats:
             of the phases so that checking never looks like decoding cost.
         wall_seconds: wall-clock seconds of the whole call, checks included.
         generated_tokens: new tokens returned, summed over prompts.
+        draft_policy: what the draft policy says about the run
+            (``DraftPolicy.describe``): its name and settings; for ``auto``
+            the costs it priced rounds with, the ``k'`` it chose and, where
+            speculation could not pay, why it decoded without the draft.
+        calibrations: the forward costs ``auto`` measured before this call
+            (batch size, seconds per call shape, seconds spent); empty when
+            its memo already held them (Spec §4.2.2).
     """
 
     method: str
@@ -40,6 +47,8 @@ class Stats:
     check_seconds: float = 0.0  # invariant checking, excluded from the phases
     wall_seconds: float = 0.0
     generated_tokens: int = 0
+    draft_policy: dict | None = None  # DraftPolicy.describe() after the run
+    calibrations: list = field(default_factory=list)  # what auto measured before this call
 
     @property
     def drafted_tokens(self) -> int:
@@ -192,5 +201,6 @@ class Stats:
             "phase_seconds": dict(self.phase_seconds), "check_seconds": self.check_seconds,
             "wall_seconds": self.wall_seconds, "group_rate": self.group_rate,
             "fallbacks": self.fallbacks, "realignment_seconds": self.realignment_seconds,
-            "waiting": self.waiting_percentiles(),
+            "waiting": self.waiting_percentiles(), "draft_policy": self.draft_policy,
+            "calibrations": list(self.calibrations),
         }

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .reference.draft_policy import POLICY_NAMES, Confident
+from .reference.draft_policy import DraftPolicy, Fixed, require_count
 
 if TYPE_CHECKING:
     from .methods import Method
@@ -27,12 +27,7 @@ CHECK_MODES = (False, True, "structural", "record", "semantic")
 # broken alternatives keep a margin of ``k``.
 
 
-def require_int(name: str, value, low: int) -> None:
-    """``value`` is an int (not a bool) ``>= low``, else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+require_int = require_count  # the one int check, shared with the draft policies
 
 
 def vocab_size(model) -> int:
@@ -89,9 +84,8 @@ def check_pair(target, draft) -> None:
         raise ValueError(f"draft: dtype {draft.dtype}, target {target.dtype}")
 
 
-def check_counts(num_draft_tokens, max_new_tokens, batch_size, check_invariants) -> None:
-    """``k >= 1``, ``max_new_tokens >= 0``, ``batch_size`` None or ``>= 1``, a known check mode."""
-    require_int("num_draft_tokens", num_draft_tokens, 1)
+def check_counts(max_new_tokens, batch_size, check_invariants) -> None:
+    """``max_new_tokens >= 0``, ``batch_size`` None or ``>= 1``, a known check mode."""
     require_int("max_new_tokens", max_new_tokens, 0)
     if batch_size is not None:
         require_int("batch_size", batch_size, 1)
@@ -165,22 +159,7 @@ def eos_ids(eos_token_id, vocab: int) -> list[int]:
     return sorted(set(ids))
 
 
-def check_policy(num_draft_tokens) -> bool:
-    """True when ``num_draft_tokens`` names a draft policy (Spec §4.2.2, §4.2.3), after checking
-    a ``Confident`` 's own threshold and cap; False for anything else (an int is checked later)."""
-    if isinstance(num_draft_tokens, Confident):
-        if not 0.0 < num_draft_tokens.threshold <= 1.0:
-            raise ValueError(f"Confident.threshold must be in (0, 1], got {num_draft_tokens.threshold!r}")
-        require_int("Confident.k_max", num_draft_tokens.k_max, 1)
-        return True
-    if isinstance(num_draft_tokens, str):
-        if num_draft_tokens not in POLICY_NAMES:
-            raise ValueError(f"num_draft_tokens must be an int >= 1 or one of {POLICY_NAMES}, got {num_draft_tokens!r}")
-        return True
-    return False
-
-
-def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_tokens,
+def validate(target, draft, prompts, method, methods, policy: DraftPolicy, max_new_tokens,
              batch_size, eos_token_id, check_invariants, *, window_size=None, sort_by_length=None,
              overshoot: int = 0) -> list[int]:
     """Raise ``ValueError`` / ``TypeError`` naming the argument and the problem; return EOS ids.
@@ -189,11 +168,11 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
     per-request budgets, Spec §8.6).
     """
     name, spec = method_spec(method, methods)
-    policy = check_policy(num_draft_tokens)
-    if policy and not spec.tight_length:  # rounds that take a policy's k
+    if not isinstance(policy, Fixed) and not spec.tight_length:  # rounds that take only a fixed k
         able = sorted(m for m, other in methods.items() if other.tight_length)
-        raise ValueError(f"num_draft_tokens={num_draft_tokens!r} is supported by methods {tuple(able)}, not {name!r}")
-    check_counts(1 if policy else num_draft_tokens, max_new_tokens, batch_size, check_invariants)
+        raise ValueError(f"num_draft_tokens={policy.describe()['policy']!r} is supported by methods {tuple(able)}, "
+                         f"not {name!r}")
+    check_counts(max_new_tokens, batch_size, check_invariants)
     check_method_options(method, methods, window_size=window_size, sort_by_length=sort_by_length)
     check_model(target, "target")
     vocab = vocab_size(target)
@@ -205,7 +184,7 @@ def validate(target, draft, prompts, method, methods, num_draft_tokens, max_new_
         check_pair(target, draft)
         used["draft"] = draft
     check_prompts(prompts, vocab)
-    reach = max_new_tokens + overshoot + (0 if spec.tight_length else num_draft_tokens)  # an int here
+    reach = max_new_tokens + overshoot + (0 if spec.tight_length else policy.k_max)
     check_lengths(prompts, reach, used)
     return eos_ids(eos_token_id, vocab)
 

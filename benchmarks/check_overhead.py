@@ -1,45 +1,18 @@
 """What checking costs: each invariant mode's time as a share of decode time.
 
-Two parts. ``watch`` (the correctness level C1–C3, Spec §3.12, with no glue):
-batchspec's EQSPEC and the outside decoder of ``batchspec.examples`` run
-inside ``watch`` with ``w.outputs``; the check time is what the hooks and
-``outputs`` spend (``Watch.check_seconds``), the decode time the rest of the
-run, each run's ratio taken in the same run and the median reported. Then
-the layout level of ``batchspec.generate(check_invariants=...)``:
-
-The default mode (``check_invariants=True``: I1–I8, cache contents by
-provenance fingerprints, Spec §3.6) is meant to stay within 15% of decode
-time on the default pair at batch 8; the semantic mode (a fresh forward per
-row, per model, per step) is shown beside it. One run, every mode side by
-side on the same prompts; the check time is what the driver spends in the
-checker (``stats.check_seconds``, building the observation included), the
-decode time what it spends in the algorithm (the phases).
-
-Measured on a shared 2-core CPU (load average 2 to 3, one thread, --repeat 3,
-check / decode): structural 9.1%, default 15.5%, semantic about 2,700%; before
-the checker's silent path was cut to one comparison per check (fingerprints
-one product per layer, masks once per round, one pass for I3's finiteness,
-explanations only for a violation), 13.7% / 23.9% in the same session. Then
-EQSPEC's realignment became an in-place copy and decoding got faster, so
-the same check weighs more: near idle, --repeat 5, structural 9.6%, default
-16.7%, semantic about 2,900%. Then the checker stopped repeating work
-within a step: the observation's grid mask and p_i / c_i are built once per
-round (not per step), I2 and the ledger share each call's content index,
-I4 compares a call's mask with one precomputed expected mask, a copied
-slot's fingerprint is compared exactly first (the tolerance only when that
-fails), from 47 to 36 tensor operations per step. A review then made the
-memos safe under torch.inference_mode (no version counter there) and the
-expected call mask checked by value rather than by version counter. Near
-idle, nine runs of --repeat 5 or 9: structural 8.4-9.3%, default
-13.7-14.9% (every run under the 15% goal, by a thin margin), semantic about
-2,800-2,900%.
-
-The watch part, measured on this 2-core CPU (default pair, batch 8, k 4, 32
-new tokens, float32, one thread, 9 runs each, medians; 2026-12-02), in two
-runs: EQSPEC 16.1% and 15.6% (ranges 15.6–17.7, 14.5–15.9), the outside
-decoder 11.6% and 11.3%. EQSPEC's calls are the cheapest (an in-place
-cache, prebuilt masks), so the same per-call check weighs more there; about
-0.35 ms a call, mostly per-operation overhead.
+Two parts, on the same prompts in one run. ``watch`` (the correctness level
+C1–C3, Spec §3.12, with no glue): batchspec's EQSPEC and the outside
+decoder of ``batchspec.examples`` run inside ``watch`` with ``w.outputs``;
+the check time is what the hooks and ``outputs`` spend
+(``Watch.check_seconds``), the decode time the rest of the run, each run's
+ratio taken in the same run, the median over ``--repeat`` runs printed.
+Then ``batchspec.generate(check_invariants=...)`` in each mode
+(``"structural"``, ``True``: I1–I8 with provenance fingerprints, Spec §3.6,
+and ``"semantic"``, a fresh forward per row, model and step): the check
+time is what the driver spends in the checker (``stats.check_seconds``,
+building the observation included), the decode time what it spends in the
+algorithm (the phases). The default mode is meant to stay within 15% of
+decode time on the default pair at batch 8.
 
     python benchmarks/check_overhead.py [--pair default|tiny-llama] [--batch 8] [--repeat 3]
 """

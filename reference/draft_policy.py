@@ -1,27 +1,96 @@
-"""How many drafts a round proposes: ``num_draft_tokens="auto"`` (Spec §4.2.2).
+"""How many drafts a round proposes: one interface, :class:`DraftPolicy`,
+and its three policies (Spec §4.2, §4.2.2, §4.2.3).
 
-A fixed ``k`` is the paper's setting. Where a verify pass over ``B·(k+1)``
-tokens costs clearly more than one over ``B`` tokens (a CPU, a large batch),
-the best ``k`` shrinks with the batch, down to plain decoding (BSP chose
-``k`` from the batch size). :class:`AutoK` chooses ``k'`` before each round
-from per-call costs it is *given* (a table measured before decoding, by the
-caller; the algorithm never times anything, Contributing §4.7) and the acceptance it
-has seen so far. Under greedy verification the choice cannot change the
-output (Spec §5.2 holds for every ``k'``), only the speed.
+``num_draft_tokens`` is converted once, at the API edge, by
+:func:`as_policy`: an int ``k`` becomes :class:`Fixed` (the paper's
+setting), ``"auto"`` :class:`Auto` (``k'`` chosen before each round from
+measured per-call costs and the acceptance seen so far), ``"confident"``
+:class:`Confident` (drafting stops when the draft is unsure). The rounds
+only call the interface. A new policy is a subclass here and, to have a
+name, an entry of :data:`POLICIES`. The algorithm never times anything:
+:class:`Auto` is *given* a function that measures (Spec §4.2.2). Under
+greedy verification no policy can change the output (Spec §5.2 holds for
+every ``k'``), only the speed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 import torch
 
-#: The largest ``k'`` the policy considers.
+#: The largest ``k'`` :class:`Auto` considers.
 AUTO_MAX_K = 8
 
-#: The policies ``num_draft_tokens`` may name instead of an int.
-POLICY_NAMES = ("auto", "confident")
+
+class DraftPolicy:
+    """The draft-length interface every round calls (Spec §4.2).
+
+    ``k_max``: the most drafts a round may propose. ``stops_early``: whether
+    :meth:`keep_drafting` is consulted after each draft (Spec §4.2.3).
+    A policy object is a setting the caller can keep and reuse; each run
+    decodes with a fresh copy from :meth:`start`, so that per-run state
+    (acceptance seen, the round's confident rows) never leaks between runs.
+    """
+
+    k_max: int
+    stops_early = False
+
+    def check(self) -> None:
+        """Raise a ``ValueError`` naming a field whose value no round can use."""
+
+    def start(self, models, batch_size: int, calibrate: Callable) -> DraftPolicy:
+        """The copy one run decodes with. ``calibrate(target, draft, batch_size,
+        k_max) -> Costs`` measures forward costs; only :class:`Auto` calls it."""
+        return replace(self)
+
+    def choose(self, batch: int) -> int:
+        """``k`` for the next round of ``batch`` rows (its cap when :attr:`stops_early`)."""
+        return self.k_max
+
+    def keep_drafting(self, probability: torch.Tensor) -> bool:
+        """After each draft: ``probability [B]``, each row's draft probability of its newest draft."""
+        return True
+
+    def observe(self, drafted: int, accepted: list[int]) -> None:
+        """After each round: ``k'`` and each row's ``m_i``."""
+
+    def probe(self, matches: list[int]) -> None:
+        """After a round without drafts: per row, 1 if a one-token draft would have been accepted."""
+
+    def describe(self) -> dict:
+        """What the run's statistics say about the policy."""
+        return {"policy": str(self)}
+
+    def __str__(self) -> str:
+        """The name ``num_draft_tokens`` gives it (``4``, ``auto``, ``confident``)."""
+        return next((name for name, kind in POLICIES.items() if type(self) is kind), type(self).__name__)
+
+
+@dataclass(frozen=True)
+class Fixed(DraftPolicy):
+    """``k`` drafts every round, capped by the smallest remaining budget (Spec §4.2).
+    ``Fixed(0)`` is plain decoding (Spec §4.8)."""
+
+    k: int
+
+    @property
+    def k_max(self) -> int:
+        return self.k
+
+    def check(self) -> None:
+        require_count("num_draft_tokens", self.k, 1)
+
+    def start(self, models, batch_size: int, calibrate: Callable) -> DraftPolicy:
+        return self
+
+    def describe(self) -> dict:
+        return {"policy": "fixed", "k": self.k}
+
+    def __str__(self) -> str:
+        return str(self.k)
 
 
 @dataclass(frozen=True)
@@ -70,24 +139,55 @@ def best_k(costs: Costs, batch: int, alpha: float, k_max: int = AUTO_MAX_K) -> i
     return int(np.argmax(rates))
 
 
+def can_pay(costs: Costs, batch: int, k_max: int = AUTO_MAX_K) -> bool:
+    """Whether some ``k >= 1`` beats plain decoding (one target call of one
+    token per token, no draft) even if every draft were accepted (Spec §4.2.2)."""
+    plain = costs.target_call(batch, 1)
+    return any((k + 1) / (k * costs.draft_call(batch) + costs.target_call(batch, k + 1)) > 1 / plain
+               for k in range(1, k_max + 1))
+
+
 @dataclass
-class AutoK:
+class Auto(DraftPolicy):
     """The ``"auto"`` draft-length policy (Spec §4.2.2).
 
+    :meth:`start` prices rounds with the costs measured for this (target,
+    draft, batch size, dtype, device, threads), measuring them only the first
+    time: ``calibrations`` is the memo, shared by every run started from this
+    object, so that one ``Auto()`` passed to many calls calibrates once per
+    shape. Where no ``k >= 1`` can pay even at full acceptance
+    (:func:`can_pay`), the run's ``k_max`` is 0: the caller decodes plainly,
+    without the draft, and the statistics say why.
+
     ``choose(batch)`` is called before a round, ``observe(drafted, accepted)``
-    after it with ``k'`` and each row's ``m_i``. The acceptance estimate is
-    the maximum-likelihood one for a row that stops at its first rejection:
-    accepted drafts over drafts *tried* (a row with ``m_i < k'`` tried
-    ``m_i + 1``), starting from ``prior`` worth ``prior_weight`` tries.
+    after it. The acceptance estimate is the maximum-likelihood one for a row
+    that stops at its first rejection: accepted drafts over drafts *tried*
+    (a row with ``m_i < k'`` tried ``m_i + 1``), from ``prior`` worth
+    ``prior_weight`` tries.
     """
 
-    costs: Costs
     k_max: int = AUTO_MAX_K
     prior: float = 0.5
     prior_weight: float = 4.0
-    accepted: float = field(default=0.0)
-    tried: float = field(default=0.0)
-    chosen: list[int] = field(default_factory=list)  # k chosen per round, for statistics
+    calibrations: dict = field(default_factory=dict, repr=False)  # key -> Costs, the memo
+    costs: Costs | None = None  # this run's table (given, or from the memo)
+    accepted: float = field(default=0.0, init=False)
+    tried: float = field(default=0.0, init=False)
+    chosen: list[int] = field(default_factory=list, init=False)  # k' per round, for statistics
+
+    def check(self) -> None:
+        require_count("Auto.k_max", self.k_max, 0)
+        if not 0.0 <= self.prior <= 1.0:
+            raise ValueError(f"Auto.prior must be in [0, 1], got {self.prior!r}")
+
+    def start(self, models, batch_size: int, calibrate: Callable) -> DraftPolicy:
+        costs = self.costs
+        if costs is None:
+            key = calibration_key(models, batch_size)
+            if key not in self.calibrations:
+                self.calibrations[key] = calibrate(models.target, models.draft, batch_size, self.k_max)
+            costs = self.calibrations[key]
+        return replace(self, costs=costs, k_max=self.k_max if can_pay(costs, batch_size, self.k_max) else 0)
 
     @property
     def alpha(self) -> float:
@@ -115,9 +215,25 @@ class AutoK:
         self.accepted += sum(matches)
         self.tried += len(matches)
 
+    def describe(self) -> dict:
+        out = {"policy": str(self), "k_max": self.k_max, "alpha": self.alpha, "chosen": sorted(set(self.chosen))}
+        if self.costs is not None:
+            out["costs"] = {"draft": dict(self.costs.draft), "target": {b: dict(t) for b, t in self.costs.target.items()}}
+        if self.k_max == 0:
+            out["note"] = ("k'=0: at the measured costs no k >= 1 beats plain decoding even if every draft were "
+                           "accepted; decoded without the draft")
+        return out
+
+
+def calibration_key(models, batch_size: int) -> tuple:
+    """What a cost table depends on: the two models (by identity), the batch
+    size, the target's dtype and device, and the CPU threads."""
+    target = models.target
+    return (id(target), id(models.draft), batch_size, str(target.dtype), str(target.device), torch.get_num_threads())
+
 
 @dataclass
-class Confident:
+class Confident(DraftPolicy):
     """The confidence-stopped draft policy (Spec §4.2.3): keep drafting while
     the draft is sure of its proposals, up to ``k_max``.
 
@@ -133,8 +249,15 @@ class Confident:
 
     threshold: float = 0.4
     k_max: int = 16
-    chosen: list[int] = field(default_factory=list)  # k' drafted per round, for statistics
-    confident: torch.Tensor | None = field(default=None, repr=False)  # [B] bool, this round's rows
+    stops_early = True
+    chosen: list[int] = field(default_factory=list, init=False)  # k' drafted per round, for statistics
+    confident: torch.Tensor | None = field(default=None, init=False, repr=False)  # [B] bool, this round's rows
+
+    def check(self) -> None:
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) \
+                or not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"Confident.threshold must be in (0, 1], got {self.threshold!r}")
+        require_count("Confident.k_max", self.k_max, 1)
 
     def choose(self, batch: int) -> int:
         """The cap of the round; :meth:`keep_drafting` ends it earlier."""
@@ -142,8 +265,7 @@ class Confident:
         return self.k_max
 
     def keep_drafting(self, probability: torch.Tensor) -> bool:
-        """``probability [B]``: each row's draft probability of its newest draft.
-        True while some row has been confident at every draft of the round."""
+        """True while some row has been confident at every draft of the round."""
         if self.confident is None:
             self.confident = torch.ones_like(probability, dtype=torch.bool)
         self.confident, more = keep_drafting(self.confident, probability, self.threshold)
@@ -151,6 +273,9 @@ class Confident:
 
     def observe(self, drafted: int, accepted: list[int]) -> None:
         self.chosen.append(drafted)
+
+    def describe(self) -> dict:
+        return {"policy": str(self), "threshold": self.threshold, "k_max": self.k_max}
 
 
 def keep_drafting(confident: torch.Tensor, probability: torch.Tensor, threshold: float) -> tuple[torch.Tensor, bool]:
@@ -161,29 +286,35 @@ def keep_drafting(confident: torch.Tensor, probability: torch.Tensor, threshold:
     return confident, bool(confident.any())
 
 
-def draft_length(k, batch: int) -> int:
-    """``k`` for this round (its cap for a policy that stops while drafting):
-    the int itself, or what a policy chooses."""
-    return k if isinstance(k, int) else k.choose(batch)
+def observe_round(policy: DraftPolicy, record) -> None:
+    """Tell ``policy`` what the round it sized did (its ``RoundRecord``):
+    ``k'``, each ``m_i`` and, for a round without drafts, the probe."""
+    policy.observe(record.drafted, record.accepted)
+    if record.probed is not None:
+        policy.probe(record.probed)
 
 
-def largest_k(k) -> int:
-    """The most drafts a round of ``k`` (an int, a policy, or a policy's name) may propose."""
-    if isinstance(k, str):
-        return {"auto": AUTO_MAX_K, "confident": Confident.k_max}[k]
-    return k if isinstance(k, int) else k.k_max
+#: The policies ``num_draft_tokens`` may name instead of an int.
+POLICIES: dict[str, type[DraftPolicy]] = {"auto": Auto, "confident": Confident}
+POLICY_NAMES = tuple(POLICIES)
 
 
-def stops_while_drafting(k) -> bool:
-    """Whether ``k`` is a policy that may end a round's drafting early (Spec §4.2.3)."""
-    return hasattr(k, "keep_drafting")
+def require_count(name: str, value, low: int) -> None:
+    """``value`` is an int (not a bool) ``>= low``, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
 
 
-def observe_round(k, record) -> None:
-    """Tell a policy what the round it chose did (no-op for a fixed ``k``),
-    and, where the round probed acceptance without drafting and the policy
-    takes it (``probe``), what the probe saw."""
-    if not isinstance(k, int):
-        k.observe(record.drafted, record.accepted)
-        if getattr(record, "probed", None) is not None and hasattr(k, "probe"):
-            k.probe(record.probed)
+def as_policy(value) -> DraftPolicy:
+    """``num_draft_tokens`` as a checked :class:`DraftPolicy`: an int ``k >= 1``
+    is ``Fixed(k)``, a name of :data:`POLICIES` that policy with its defaults,
+    a policy itself (Spec §4.2). Anything else is a ``ValueError`` naming it."""
+    if isinstance(value, str):
+        if value not in POLICIES:
+            raise ValueError(f"num_draft_tokens must be an int >= 1 or one of {POLICY_NAMES}, got {value!r}")
+        return POLICIES[value]()
+    policy = value if isinstance(value, DraftPolicy) else Fixed(value)
+    policy.check()
+    return policy

@@ -13,7 +13,7 @@ from typing import Generator
 import torch
 
 from . import acceptance, state as layout, transitions
-from .draft_policy import draft_length, observe_round, stops_while_drafting
+from .draft_policy import DraftPolicy, observe_round
 from .state import BatchState, RowOutput
 from .transitions import Models, Round
 
@@ -73,12 +73,12 @@ class Event:
 Decoder = Generator[Event, None, dict[int, RowOutput]]
 
 
-def decode(models: Models, prompts: list[list[int]], requests: list[int], k: int,
+def decode(models: Models, prompts: list[list[int]], requests: list[int], k: DraftPolicy,
            max_new_tokens: int, eos: torch.Tensor | None, steps: Steps = STEPS) -> Decoder:
-    """Decode one batch with EQSPEC (``k >= 1``, or a draft-length policy such
-    as :class:`~.draft_policy.AutoK`, Spec §4.2.2) or, with ``models.draft
-    is None`` and ``k = 0``, plain autoregressive decoding through the same
-    padding machinery. Returns each request's output (Spec §4)."""
+    """Decode one batch with EQSPEC, ``k`` drafts per round as the draft policy
+    says (``Fixed(k)``, ``Auto``, ``Confident``: Spec §4.2) or, with
+    ``models.draft is None`` and ``Fixed(0)``, plain autoregressive decoding
+    through the same padding machinery. Returns each request's output (Spec §4)."""
     outputs = {r: RowOutput() for r in requests}
     if max_new_tokens == 0:
         return outputs
@@ -103,21 +103,21 @@ class Speculation:
     probed: list[int] | None = None  # k' = 0: the free acceptance probe, one try per row (Spec §4.2.2)
 
 
-def speculate(models, state: BatchState, k, max_new_tokens, eos,
-              steps: Steps = STEPS, policy=None) -> Generator[Event, None, Speculation]:
-    """Steps 1–3 of a round on an aligned batch (Spec §4.7.1): draft, verify
-    and decide, catch the draft cache up. Returns what was decided.
-    ``policy``: a draft policy that may stop drafting before ``k`` (Spec §4.2.3)."""
+def speculate(models, state: BatchState, policy: DraftPolicy, max_new_tokens, eos,
+              steps: Steps = STEPS) -> Generator[Event, None, Speculation]:
+    """Steps 1–3 of a round on an aligned batch (Spec §4.7.1): draft ``k``
+    tokens, ``policy.choose``'s, fewer if it stops early (Spec §4.2), verify
+    and decide, catch the draft cache up. Returns what was decided."""
     budget = max_new_tokens - state.generated  # [B] remaining per row
     # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2),
     # fewer if the policy stops drafting early (Spec §4.2.3).
-    rnd = Round(min(k, int(budget.min())), state.tokens.new_zeros((state.batch, 0)),
+    rnd = Round(min(policy.choose(state.batch), int(budget.min())), state.tokens.new_zeros((state.batch, 0)),
                 sampler=steps.sampler, requests=list(state.requests), start=state.length.clone())
     while rnd.drafts.shape[1] < rnd.k:
         calls: list = []
         steps.draft_one(models, state, rnd, calls)
         j = rnd.drafts.shape[1]
-        if j < rnd.k and stops_while_drafting(policy) and not policy.keep_drafting(rnd.newest_probability()):
+        if j < rnd.k and policy.stops_early and not policy.keep_drafting(rnd.newest_probability()):
             rnd.stop_at(j)
         yield Event("draft", "draft", state, calls, rnd.drafts)
     if rnd.sampler is not None and models.draft is not None:  # q at the bonus slot: the catch-up, run first (Spec §4.3.2)
@@ -148,13 +148,12 @@ def alphas(verdict) -> list[list[float]] | None:
     return None if getattr(verdict, "alpha", None) is None else verdict.alpha.tolist()
 
 
-def eqspec_round(models, state: BatchState, k, max_new_tokens, eos, outputs,
+def eqspec_round(models, state: BatchState, k: DraftPolicy, max_new_tokens, eos, outputs,
                  steps: Steps = STEPS) -> Generator[Event, None, None]:
     """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
     state.round += 1
-    k_round = draft_length(k, state.batch)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
-    # 1.-3. Draft, verify and decide, catch up (Spec §4.7.1).
-    spec = yield from speculate(models, state, k_round, max_new_tokens, eos, steps, policy=k)
+    # 1.-3. Draft as many as the policy says, verify and decide, catch up (Spec §4.7.1, §4.2).
+    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     for request, tokens, finished, eos_hit in zip(state.requests, spec.committed, spec.finished.tolist(),
                                                   spec.eos_hit.tolist()):

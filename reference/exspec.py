@@ -24,7 +24,7 @@ import torch
 
 from . import exspec_pool
 from .eqspec import Event, RoundRecord, Steps, alphas, speculate
-from .draft_policy import draft_length, observe_round
+from .draft_policy import DraftPolicy, observe_round
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import BatchState, RowOutput
@@ -57,7 +57,7 @@ class ExspecRecord(RoundRecord):
 Decoder = Generator[Event, None, dict[int, RowOutput]]
 
 
-def decode(models: Models, pool: Pool, policy: Policy, k: int, max_new_tokens: int,
+def decode(models: Models, pool: Pool, policy: Policy, k: DraftPolicy, max_new_tokens: int,
            eos: torch.Tensor | None, steps: ExspecSteps = EXSPEC_STEPS) -> Decoder:
     """Run rounds until every submitted request has finished; return each
     request's output (Spec §8.4)."""
@@ -67,7 +67,7 @@ def decode(models: Models, pool: Pool, policy: Policy, k: int, max_new_tokens: i
     return outputs
 
 
-def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tokens: int,
+def exspec_round(models: Models, pool: Pool, policy: Policy, k: DraftPolicy, max_new_tokens: int,
                  eos: torch.Tensor | None, steps: ExspecSteps = EXSPEC_STEPS) -> Decoder:
     """One round of EXSPEC (Spec §8.4), step numbers as in the spec. Returns
     the outputs of the requests that finished in it."""
@@ -89,8 +89,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
     pool.storage = (state.target_cache, state.draft_cache)
     yield Event("align" if realigned else "other", "align", state, [])
     # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
-    spec = yield from speculate(models, state, draft_length(k, state.batch), max_new_tokens, eos, steps,
-                                 policy=k)
+    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
     a, finished, verdict = spec.a, spec.finished, spec.verdict
     # 6. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     done: dict[int, RowOutput] = {}
@@ -111,7 +110,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: int, max_new_tok
                           width=state.width, realigned=realigned, grouped=not realigned,
                           padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict),
                           probed=spec.probed)
-    observe_round(k, record)  # a fixed k, or the "auto" policy's choice (Spec §4.2.2)
+    observe_round(k, record)  # the draft policy learns from the round (Spec §4.2.2)
     state.tokens = state.tokens[:0]  # the formed batch dissolves
     if not pool.active:  # nothing left to form a batch from: let its storage go
         pool.storage = (None, None)

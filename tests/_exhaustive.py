@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from _spec_helpers import PROMPTS, Compare
+from batchspec.reference.draft_policy import Fixed
 from batchspec.invariants import InvariantViolation, check
 from batchspec.models.scripted import Script, ScriptedDraft
 from batchspec.oracle import hf_oracle
@@ -268,7 +269,7 @@ class Replay:
             self.spec["force"](self.scripts, abstract, pattern, k_round)
             self.spec["force"](self.draft.scripts, abstract, pattern, k_round)
             self.draft.follow(branch.requests)
-            events = eqspec_round(self.models, branch, cell.k, budget, self.eos, real, self.steps)
+            events = eqspec_round(self.models, branch, Fixed(cell.k), budget, self.eos, real, self.steps)
             observations = self.spec["eqspec_round"](self.abstract, abstract, cell.k, budget, self.tree.eos, out)
             for event, obs in itertools.zip_longest(events, observations):
                 self.step(event, obs, here)

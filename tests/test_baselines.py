@@ -20,6 +20,7 @@ from _broken_helpers import (K, N, RAGGED_AT_2, WITH_PAD_ID, correct_run, first_
                              one_thread, pair, reference)
 
 import batchspec
+from batchspec.reference.draft_policy import Fixed
 from batchspec.api import DecodeConfig
 from batchspec.reference import Models
 from batchspec.reference.baselines import masking
@@ -113,7 +114,7 @@ def test_masking_observation_records_its_real_holes():
     """The invariants see the mask the baseline holds, holes included, and its caches
     holding every slot (rejected drafts too: nothing is ever moved)."""
     target, draft = pair("qwen3")
-    config = DecodeConfig(k=K, max_new_tokens=N, eos=None, batch_size=3)
+    config = DecodeConfig(k=Fixed(K), max_new_tokens=N, eos=None, batch_size=3)
     decoder = masking.decode(Models(target, draft), RAGGED_AT_2, [0, 1, 2], config)
     with torch.no_grad():
         event = next(e for e in decoder if e.step == "align" and e.state.round == 2)

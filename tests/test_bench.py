@@ -235,7 +235,7 @@ def test_a_real_pair_gets_a_plan_of_minutes_unless_told_otherwise():
         fill_plan_defaults(args)
         return args.batch_sizes, args.max_new_tokens, args.repeats
 
-    assert plan(None) == plan("default") == plan("tiny-llama") == ([1, 4, 8, 16, 32], 48, 3)
+    assert plan(None) == plan("default") == plan("tiny-llama") == ([1, 4, 8, 16, 32], 48, 5)
     assert plan("qwen2.5-coder") == ([1, 4, 8], 16, 2)
     assert plan("qwen2.5-coder", max_new_tokens=32, batch_sizes=[1]) == ([1], 32, 2)
 
@@ -245,3 +245,71 @@ def test_tokens_per_second_keep_three_significant_figures_without_an_exponent():
 
     assert [significant(x) for x in (2.2634, 5.0, 45.67, 846.2, 1408.9, 23456.0)] == [
         "2.26", "5", "45.7", "846", "1409", "23456"]
+
+
+def test_the_verdict_is_faster_or_slower_only_when_every_repeat_agrees():
+    from batchspec.bench.timing import verdict
+
+    assert verdict([1.1, 1.3, 1.05]) == "faster" and verdict([0.8, 0.95]) == "slower"
+    assert verdict([0.9, 1.4, 1.2]) == "on par"  # the spread covers 1.0
+    assert verdict([1.0, 1.2]) == "on par"  # a repeat at parity is not a win
+    assert verdict([1.5]) is None and verdict(None) is None  # one repeat has no spread to judge
+
+
+def test_rows_carry_both_clocks_and_judge_by_cpu_time_on_a_cpu():
+    """A neighbour's load moved wall time (ours looks 1.2-1.6x faster), the CPU
+    time says the work was on par: the verdict follows the CPU time."""
+    from batchspec.bench import report
+    from batchspec.bench.run import Case, Cell
+
+    generate = Cell(Case("generate", 1), 4, seconds=[1.2, 1.6, 1.3], cpu_seconds=[1.0, 1.0, 1.0])
+    ours = Cell(Case("eqspec", 1, 4), 4, seconds=[1.0, 1.0, 1.0], cpu_seconds=[0.95, 1.05, 0.9])
+    row = {r["method"]: r for r in report.rows([generate, ours])}["eqspec"]
+    assert row["vs_generate_range"] == pytest.approx([1.2, 1.6]) and row["verdict_clock"] == "cpu"
+    assert row["vs_generate_steady_range"] == pytest.approx([1.0 / 1.05, 1.0 / 0.9])
+    assert row["verdict"] == "on par" and row["cpu_seconds"] == [0.95, 1.05, 0.9]
+    assert row["wall_spread"] == pytest.approx(0.0) and row["steady_spread"] == pytest.approx(0.15 / 0.95 / 2)
+    ours.cpu_seconds = [0.8, 0.85, 0.9]
+    rows = {r["method"]: r for r in report.rows([generate, ours])}
+    assert rows["eqspec"]["verdict"] == "faster" and rows["generate"]["verdict"] is None  # not against itself
+    # on a GPU the verdict uses CUDA-event time
+    generate.device_seconds, ours.device_seconds = [1.0, 1.0, 1.0], [1.1, 1.2, 1.05]
+    row = {r["method"]: r for r in report.rows([generate, ours])}["eqspec"]
+    assert row["verdict_clock"] == "cuda" and row["verdict"] == "slower"
+
+
+def test_auto_calibrates_before_anything_is_timed_once_per_batch_size(monkeypatch):
+    """``auto``'s forward costs are measured by the bench before its schedule,
+    once per batch size for the one ``Auto`` its cases share; no timed call
+    calibrates."""
+    from types import SimpleNamespace
+
+    from batchspec.bench.run import Plan, run
+    from batchspec.cli.common import load_pair
+
+    order = []
+    real_case, real_calibrate = bench_run.run_case, bench_run.calibrate
+    monkeypatch.setattr(bench_run, "run_case", lambda *a: order.append("case") or real_case(*a))
+    monkeypatch.setattr(bench_run, "calibrate", lambda *a: order.append("calibrate") or real_calibrate(*a))
+    pair = load_pair(SimpleNamespace(pair="tiny-llama", device="cpu", dtype="float64"))
+    out = run(pair, Plan(["generate", "eqspec", "exspec"], [1, 2], ["auto"], max_new_tokens=6, repeats=2,
+                         memory=False, warmup=0))
+    assert order[0] == "calibrate" and order.count("calibrate") == 1
+    assert sorted(c["batch_size"] for c in out["calibrations"]) == [1, 2]
+    for cell in out["cells"]:
+        assert len(cell.cpu_seconds) == len(cell.seconds) == 2 and min(cell.cpu_seconds) > 0
+        if cell.stats is not None and cell.case.k == "auto":
+            assert cell.stats["calibrations"] == []  # the timed calls found the memo full
+
+
+def test_the_table_has_a_legend_and_help_explains_the_columns(capsys):
+    from batchspec.bench.report import COLUMNS
+
+    assert main(["bench", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "CPU ×gen" in text and "on par" in text and "paired per repeat" in text
+    code = main(["bench", "--pair", "tiny-llama", "--dtype", "float64", "--batch-sizes", "1", "--max-new-tokens", "4",
+                 "--repeats", "2", "--warmup", "0", "--methods", "generate,eqspec", "--no-memory"])
+    out = capsys.readouterr().out
+    assert code == 0 and "verdict uses process CPU time" in out
+    assert all(head in out for _, head, _, _ in COLUMNS)

@@ -10,10 +10,10 @@ import torch
 
 import batchspec
 from batchspec.cli.bench import parse_ks
-from batchspec.draft_lengths import calibrate, resolve_draft_policy
+from batchspec.draft_lengths import calibrate, start
 from batchspec.models.registry import load_pair
 from batchspec.reference import Models
-from batchspec.reference.draft_policy import AutoK, Confident, keep_drafting
+from batchspec.reference.draft_policy import Auto, Confident, Fixed, as_policy, keep_drafting
 from batchspec.reference.transitions import Round
 from batchspec.reference.state import attention_mask
 from batchspec.scheduler import Scheduler
@@ -99,7 +99,7 @@ def test_the_scheduler_resolves_policies_as_generate_does(default_pair, k):
     ids = [scheduler.submit(p) for p in prompts]
     done = scheduler.run()
     assert [done[i].tokens for i in ids] == expected
-    assert isinstance(scheduler.k, AutoK if k == "auto" else Confident)
+    assert isinstance(scheduler.k, Auto if k == "auto" else Confident)
 
 
 def test_auto_calibrates_with_a_few_calls_of_the_shapes_it_prices(default_pair):
@@ -114,8 +114,8 @@ def test_auto_calibrates_with_a_few_calls_of_the_shapes_it_prices(default_pair):
             h.remove()
     assert sorted(costs.target[4]) == [1, 9] and set(costs.draft) == {4}
     assert calls["target"] <= 9 and calls["draft"] <= 5  # a context fill, then 4 calls per shape
-    assert isinstance(resolve_draft_policy(Models(target, draft), "auto", 4), AutoK)
-    assert resolve_draft_policy(Models(target, None), "confident", 4) == 0
+    assert isinstance(start(Models(target, draft), as_policy("auto"), 4), Auto)
+    assert start(Models(target, None), as_policy("confident"), 4) == Fixed(0)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -130,4 +130,4 @@ def test_bad_policies_are_refused_by_name(default_pair, bad, message):
 
 
 def test_the_cli_takes_policy_names():
-    assert parse_ks("1,confident,auto") == [1, "confident", "auto"]
+    assert parse_ks("1,confident,auto") == [Fixed(1), Confident(), Auto()]

@@ -11,7 +11,7 @@ import batchspec
 from batchspec.driver import drive
 from batchspec.methods import METHODS, DecodeConfig
 from batchspec.reference import Models
-from batchspec.reference.draft_policy import AutoK, Costs, best_k, expected_tokens
+from batchspec.reference.draft_policy import Auto, Costs, DraftPolicy, best_k, can_pay, expected_tokens
 from batchspec.stats import Stats
 from batchspec.testing import random_prompts
 
@@ -42,18 +42,18 @@ def test_acceptance_moves_the_choice():
 
 
 def test_acceptance_estimate_counts_tried_drafts():
-    policy = AutoK(flat_costs(0.0, 1.0, 0.0), prior_weight=0.0)
+    policy = Auto(costs=flat_costs(0.0, 1.0, 0.0), prior_weight=0.0)
     policy.observe(4, [4, 0, 2])  # tried 4, 1 and 3 drafts
     assert policy.alpha == pytest.approx(6 / 8)
     policy.observe(0, [0, 0, 0])  # a round without drafts teaches nothing
     assert policy.alpha == pytest.approx(6 / 8)
 
 
-class Scripted:
+class Scripted(DraftPolicy):
     """A policy that plays a fixed sequence of k (cycling), 0 included."""
 
     def __init__(self, ks):
-        self.ks, self.seen = ks, []
+        self.ks, self.seen, self.k_max = ks, [], max(ks)
 
     def choose(self, batch):
         return self.ks[len(self.seen) % len(self.ks)]
@@ -133,7 +133,7 @@ def test_plain_decoding_is_not_absorbing_the_probe_moves_the_estimate():
     size; the probe's first-slot tries move it, and drafting resumes."""
     costs = flat_costs(0.2, 1.0, 1.0)  # a verify token costs as much as the call: drafting needs a high alpha
     assert best_k(costs, 4, alpha=0.0) == 0 and best_k(costs, 4, alpha=0.9) > 0
-    policy = AutoK(costs)
+    policy = Auto(costs=costs)
     policy.observe(4, [0, 0, 0, 0] * 3)  # every first draft rejected: alpha 2 / 16
     assert policy.choose(4) == 0
     for _ in range(5):
@@ -181,3 +181,35 @@ def test_rounds_without_drafts_probe_acceptance_from_the_catch_up(pairs, method,
         seen[kind] = [m for r in zero for m in r.probed]
     assert set(seen["self"]) == {1}
     assert 0 in seen["unrelated"]
+
+
+def test_speculation_that_cannot_pay_even_at_full_acceptance_is_told_apart():
+    assert not can_pay(flat_costs(0.5, 0.0, 1.0), 4)  # a verify token costs a whole call: no k can pay
+    assert can_pay(flat_costs(0.0, 1.0, 0.0), 4)  # free drafts, flat verify: every k pays
+    assert can_pay(flat_costs(0.05, 1.0, 0.1), 4)
+
+
+def test_one_auto_calibrates_once_per_shape_and_says_what_it_measured(pairs, greedy_reference):
+    """The memo lives in the ``Auto`` object the caller passes: a second call at
+    the same batch size measures nothing; another batch size measures again."""
+    target, draft = pairs("llama", "perturbed")
+    auto = Auto()
+    runs = [batchspec.generate(target, draft, PROMPTS[:4], num_draft_tokens=auto, max_new_tokens=6, batch_size=b)
+            for b in (2, 2, 4)]
+    assert [len(r.stats.calibrations) for r in runs] == [1, 0, 1]
+    assert runs[0].stats.calibrations[0]["batch_size"] == 2 and runs[0].stats.calibrations[0]["seconds"] > 0
+    assert sorted(key[2] for key in auto.calibrations) == [2, 4] and auto.costs is None  # the caller's object
+    assert all(r.sequences == [greedy_reference(target, p, 6) for p in PROMPTS[:4]] for r in runs)
+    assert runs[1].stats.draft_policy["policy"] == "auto" and "costs" in runs[1].stats.draft_policy
+
+
+def test_auto_decodes_without_the_draft_where_drafting_cannot_pay(pairs, greedy_reference):
+    target, draft = pairs("llama", "perturbed")
+    result = batchspec.generate(target, draft, PROMPTS, num_draft_tokens=Auto(costs=flat_costs(0.5, 0.0, 1.0)),
+                                max_new_tokens=NEW, batch_size=3, check_invariants=True)
+    assert result.sequences == [greedy_reference(target, p, NEW) for p in PROMPTS]
+    assert result.stats.draft_calls == 0 and {r.drafted for r in result.stats.per_round} == {0}
+    assert "decoded without the draft" in result.stats.draft_policy["note"]
+    paying = batchspec.generate(target, draft, PROMPTS, num_draft_tokens=Auto(costs=flat_costs(0.0, 1.0, 0.0)),
+                                max_new_tokens=NEW, batch_size=3)
+    assert paying.stats.draft_calls > 0 and "note" not in paying.stats.draft_policy

@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
 from _exhaustive import AbstractWalk, Cell, Failure, Pair, Replay, Tally, Tree, grid, sweep, trees_of  # noqa: E402
 from _spec_helpers import PROMPTS, as_function, cut, greedy_continuation, one_thread, spec_namespace  # noqa: E402
+from batchspec.reference.draft_policy import Fixed  # noqa: E402
 from batchspec.faults import CATALOGUE  # noqa: E402
 from batchspec.models import tiny  # noqa: E402
 from batchspec.models.scripted import Script, ScriptedDraft  # noqa: E402
@@ -117,7 +118,7 @@ def test_scripted_draft_forces_the_pattern(pair):
     with one_thread(), torch.no_grad():
         state = STEPS.prefill(models, PROMPTS[:2], [0, 1], [])
         before = state.draft_cache.get_seq_length()
-        events = list(eqspec_round(models, state, 3, 12, None, {0: RowOutput(), 1: RowOutput()}))
+        events = list(eqspec_round(models, state, Fixed(3), 12, None, {0: RowOutput(), 1: RowOutput()}))
     assert events[-1].record.accepted == [1, 3]
     assert events[0].drafts[0].tolist() == [pair.continuations[0][0]]
     assert state.draft_cache.get_seq_length() == state.width - 1 > before

@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
 from _exhaustive import Cell, Failure, Tree, grid, trees_of  # noqa: E402
 from _spec_helpers import PROMPTS, greedy_continuation, one_thread  # noqa: E402
+from batchspec.reference.draft_policy import Fixed  # noqa: E402
 from batchspec.invariants import InvariantViolation, check  # noqa: E402
 from batchspec.models import tiny  # noqa: E402
 from batchspec.models.scripted import Script, ScriptedDraft  # noqa: E402
@@ -117,7 +118,7 @@ class SampledWalk:
             self.uniforms.reject = {self.keys[r]: positions for r, positions in forced.items()}
             self.draft.follow(branch.requests)
             record = None
-            for event in eqspec_round(self.models, branch, cell.k, budget, None, out, self.steps):
+            for event in eqspec_round(self.models, branch, Fixed(cell.k), budget, None, out, self.steps):
                 if event.state.batch:
                     self.check(observation(event), here)
                 record = event.record or record

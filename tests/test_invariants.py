@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 
+from batchspec.reference.draft_policy import Fixed
 from batchspec.invariants import INVARIANTS, CacheView, InvariantViolation, Observation, check, violations
 from batchspec.invariants.alignment import rectangular_alignment
 from batchspec.invariants.cache import cache_correspondence
@@ -23,7 +24,7 @@ def run(pairs):
     """Observations after every step of a ragged EQSPEC run (llama, mixed acceptance)."""
     target, draft = pairs("llama", "perturbed")
     prompts = random_prompts(seed=3, count=3, low=2, high=9)
-    decoder = decode(Models(target, draft), prompts, [0, 1, 2], 3, 8, None)
+    decoder = decode(Models(target, draft), prompts, [0, 1, 2], Fixed(3), 8, None)
     obs = [observation(event) for event in decoder if event.state.batch]
     return target, draft, obs
 

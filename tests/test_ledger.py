@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 
+from batchspec.reference.draft_policy import Fixed
 from batchspec.invariants import CacheView, ForwardCall, Ledger, Observation, violations
 from batchspec.invariants.ledger import direction, fingerprints
 from batchspec.invariants.provenance import cache_provenance, committed_stream
@@ -21,7 +22,7 @@ def run(pairs):
     """Observations after every step of a ragged EQSPEC run (llama, mixed acceptance)."""
     target, draft = pairs("llama", "perturbed")
     prompts = random_prompts(seed=3, count=3, low=2, high=9)
-    return [observation(e) for e in decode(Models(target, draft), prompts, [0, 1, 2], 3, 8, None) if e.state.batch]
+    return [observation(e) for e in decode(Models(target, draft), prompts, [0, 1, 2], Fixed(3), 8, None) if e.state.batch]
 
 
 def ledger_before(obs_list, n: int) -> Ledger:

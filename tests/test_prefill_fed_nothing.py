@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
 from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
 
+from batchspec.reference.draft_policy import Fixed  # noqa: E402
 from batchspec.driver import drive  # noqa: E402
 from batchspec.invariants import InvariantViolation, watch  # noqa: E402
 from batchspec.reference import Models  # noqa: E402
@@ -41,7 +42,7 @@ def run(models, steps, k, batch):
         with torch.no_grad():
             for first in range(0, len(PROMPTS), batch):
                 requests = list(range(first, min(first + batch, len(PROMPTS))))
-                decoder = decode(models, [PROMPTS[r] for r in requests], requests, k, NEW, None, steps)
+                decoder = decode(models, [PROMPTS[r] for r in requests], requests, Fixed(k), NEW, None, steps)
                 outputs.update(drive(decoder, Stats("eqspec"), True, None, [], models.target.device))
     finally:
         hook.remove()
@@ -83,7 +84,7 @@ def watched(steps):
     """EQSPEC under ``watch``, its grid described by ``boundary()`` after the prefill and each realignment."""
     target, draft = pair("qwen3")
     with watch(target=target, draft=draft, check="record") as w:
-        decoder, steps_seen = decode(Models(target, draft), WITH_PAD_ID, list(range(len(WITH_PAD_ID))), K, N,
+        decoder, steps_seen = decode(Models(target, draft), WITH_PAD_ID, list(range(len(WITH_PAD_ID))), Fixed(K), N,
                                      None, steps), 0
         try:
             while True:
@@ -115,7 +116,7 @@ def test_watch_without_boundary_keeps_only_the_calls_over_an_empty_cache():
     target, _ = pair("qwen3")
     with watch(target=target, check="record") as w:
         with torch.no_grad():
-            drive(decode(Models(target, None), WITH_PAD_ID[:2], [0, 1], 0, N, None, STEPS), Stats("autoregressive"),
+            drive(decode(Models(target, None), WITH_PAD_ID[:2], [0, 1], Fixed(0), N, None, STEPS), Stats("autoregressive"),
                   False, None, [], target.device)
     assert w.calls == N and w.violations == []
     assert len(w.prefill) == 1  # the first round's call, which fed the prompts

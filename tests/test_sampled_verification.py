@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 import batchspec
+from batchspec.reference.draft_policy import Fixed
 from batchspec.distribution import controls
 from batchspec.invariants import INVARIANTS, violations
 from batchspec.invariants.sampled_verification import sampled_verification
@@ -24,7 +25,7 @@ SAMPLER = Sampler(Warping(temperature=0.8), {r: (3, r) for r in range(len(PROMPT
 
 
 def _observations(target, draft, steps, k=3, new=10):
-    decoder = decode(Models(target, draft), PROMPTS, list(range(len(PROMPTS))), k, new, None,
+    decoder = decode(Models(target, draft), PROMPTS, list(range(len(PROMPTS))), Fixed(k), new, None,
                      replace(steps, sampler=steps.sampler or SAMPLER))
     return [observation(e) for e in decoder if e.state.batch]
 

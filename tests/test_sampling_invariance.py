@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import batchspec
+from batchspec.reference.draft_policy import Fixed
 from batchspec.distribution import controls, sample_continuations, tiny_vocab_pair
 from batchspec.reference import Models, decode
 from batchspec.reference.eqspec import STEPS
@@ -73,7 +74,7 @@ def test_keys_not_positions_in_the_batch(pairs):
     outs = []
     for batch in ([0, 1, 2, 3], [2, 3]):
         prompts = [PROMPTS[r] for r in batch]
-        decoder = decode(Models(target, draft), prompts, batch, 3, NEW, None, replace(STEPS, sampler=by_row))
+        decoder = decode(Models(target, draft), prompts, batch, Fixed(3), NEW, None, replace(STEPS, sampler=by_row))
         try:
             while True:
                 next(decoder)

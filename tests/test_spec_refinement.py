@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
 from _spec_helpers import PROMPTS, Compare, as_function, one_thread, spec_namespace  # noqa: E402
+from batchspec.reference.draft_policy import Fixed  # noqa: E402
 from batchspec.invariants import watch  # noqa: E402
 from batchspec.models import tiny  # noqa: E402
 from batchspec.oracle import hf_oracle  # noqa: E402
@@ -55,7 +56,7 @@ def _lockstep(spec, target, draft, prompts, k, max_new, eos):
         abstract_models["draft"] = as_function(draft)
     requests = list(range(len(prompts)))
     eos_tensor = torch.tensor(eos, dtype=torch.long) if eos else None
-    real = decode(models, [list(p) for p in prompts], requests, k, max_new, eos_tensor)
+    real = decode(models, [list(p) for p in prompts], requests, Fixed(k), max_new, eos_tensor)
     abstract = spec["decode"](abstract_models, [list(p) for p in prompts], requests, k, max_new, tuple(eos))
     compare = Compare(spec, hf_oracle({"target": target, "draft": draft}))
     while True:
@@ -126,7 +127,7 @@ def test_refinement_check_can_fail(spec):
         target, draft = tiny.pair("llama", "perturbed", seed=3)
         models = Models(target, draft)
         abstract_models = {"target": as_function(target), "draft": as_function(draft)}
-        real = decode(models, [list(p) for p in PROMPTS], [0, 1, 2], 2, 6, None,
+        real = decode(models, [list(p) for p in PROMPTS], [0, 1, 2], Fixed(2), 6, None,
                       steps=dataclasses.replace(STEPS, unpad_append_repad=lazy))
         abstract = spec["decode"](abstract_models, [list(p) for p in PROMPTS], [0, 1, 2], 2, 6, ())
         compare = Compare(spec, hf_oracle({"target": target, "draft": draft}))

@@ -9,23 +9,16 @@ import statistics
 import torch
 
 from ..stats import PHASES
+from .timing import paired, spread, verdict
 
 MB = 1 << 20
 
 
-def paired(reference: list[float], seconds: list[float]) -> list[float]:
-    """``reference[n] / seconds[n]`` for each interleaved pass ``n``: each cell's
-    ratio to ``generate`` from the two runs of the same pass, seconds apart,
-    so that the machine's drift between passes (±20% on the 2-core CPU) cancels
-    instead of entering as a ratio of medians taken at different moments."""
-    if len(reference) != len(seconds):
-        raise ValueError(f"{len(reference)} passes of generate against {len(seconds)}: not paired")
-    return [r / s for r, s in zip(reference, seconds)]
-
-
 def rows(cells) -> list[dict]:
-    """One row per cell, with ratios to ``generate`` at the same batch size:
-    the median over passes of the paired ratio, and its range."""
+    """One row per cell, with ratios to ``generate`` at the same batch size by
+    each clock: the median over passes of the paired ratio, and its range;
+    the verdict from the steady clock's ratios (CPU time on a CPU, CUDA-event
+    time on a GPU: :mod:`.timing`)."""
     base = {c.case.batch: c for c in cells if c.case.method == "generate"}
     best = best_ideal(cells)
     out = []
@@ -33,11 +26,18 @@ def rows(cells) -> list[dict]:
         ref = base.get(c.case.batch)
         ratios = paired(ref.seconds, c.seconds) if ref else None
         speedup = statistics.median(ratios) if ratios else None
+        clock, steady = steady_clock(c)
+        steady_ratios = paired(steady_clock(ref)[1], steady) if ref and steady else None
         row = {
             "batch": c.case.batch, "method": c.case.method, "k": c.case.k, "prompts": c.prompts,
             "tokens": c.tokens, "tok_per_s": c.tokens_per_second, "median_s": c.median,
             "min_s": min(c.seconds), "max_s": max(c.seconds), "repeats": len(c.seconds), "seconds": list(c.seconds),
             "vs_generate": speedup, "vs_generate_range": [min(ratios), max(ratios)] if ratios else None,
+            "cpu_seconds": list(c.cpu_seconds), "device_seconds": list(c.device_seconds) or None,
+            "verdict_clock": clock, "vs_generate_steady": statistics.median(steady_ratios) if steady_ratios else None,
+            "vs_generate_steady_range": [min(steady_ratios), max(steady_ratios)] if steady_ratios else None,
+            "verdict": verdict(steady_ratios) if c.case.method != "generate" else None,
+            "wall_spread": spread(c.seconds), "steady_spread": spread(steady) if steady else None,
             "ideal": c.ideal_speedup, "best_ideal": best.get(c.case.batch),
             "achieved_over_ideal": speedup / c.ideal_speedup if speedup and c.ideal_speedup else None,
             "achieved_over_best": speedup / best[c.case.batch] if speedup and best.get(c.case.batch) else None,
@@ -58,6 +58,11 @@ def rows(cells) -> list[dict]:
     return out
 
 
+def steady_clock(cell) -> tuple[str, list[float]]:
+    """``(name, seconds per repeat)`` of the clock the verdict uses for ``cell``."""
+    return ("cuda", cell.device_seconds) if cell.device_seconds else ("cpu", cell.cpu_seconds)
+
+
 def best_ideal(cells) -> dict:
     """``{batch: the best ideal speedup over the draft policies run at that batch}``:
     the limit a user can reach by choosing among the policies offered (a fixed
@@ -74,30 +79,52 @@ def significant(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-COLUMNS = (("batch", "B", "{}"), ("method", "method", "{}"), ("k", "k", "{}"), ("tok_per_s", "tok/s", significant),
-           ("spread", "spread", "{}"), ("vs_generate", "vs generate", "{:.2f}"),
-           ("paired", "paired range", "{}"), ("tokens_per_target_call", "tok/call", "{:.2f}"),
-           ("ideal", "ideal", "{:.2f}"), ("achieved_over_ideal", "achieved/ideal", "{:.0%}"),
-           ("best_ideal", "best ideal", "{:.2f}"), ("achieved_over_best", "/best", "{:.0%}"),
-           ("in_calls", "in calls", "{:.0%}"),
-           ("align_share", "align", "{:.1%}"),
-           ("group_rate", "groups", "{:.0%}"), ("peak_mb", "peak MB", "{:.1f}"), ("exact", "exact", "{}"))
+#: (row key, heading, format, what it means): the table's columns and its legend.
+COLUMNS = (
+    ("batch", "B", "{}", "batch size"),
+    ("method", "method", "{}", "decoder: ours (autoregressive, eqspec, exspec) or transformers' (generate, assisted)"),
+    ("k", "k", "{}", "drafts per round, or the draft policy (auto, confident)"),
+    ("tok_per_s", "tok/s", significant, "tokens per wall-clock second, median over repeats"),
+    ("wall", "wall ×gen", "{}", "generate's wall time / ours, paired per repeat: median (min-max)"),
+    ("steady", "CPU ×gen", "{}", "the same by process CPU time (CUDA-event time on a GPU): median (min-max)"),
+    ("verdict", "verdict", "{}", "by the CPU (GPU) ratios: faster if all > 1, slower if all < 1, else on par"),
+    ("tokens_per_target_call", "tok/call", "{:.2f}", "tokens committed per target forward call"),
+    ("ideal", "ideal", "{:.2f}", "speedup with zero bookkeeping: the run priced as its forward calls alone"),
+    ("achieved_over_ideal", "of ideal", "{:.0%}", "wall ×gen / ideal"),
+    ("best_ideal", "best ideal", "{:.2f}", "the best ideal over the draft policies run at this batch"),
+    ("in_calls", "in calls", "{:.0%}", "share of the measured time its forward calls alone account for"),
+    ("align_share", "align", "{:.1%}", "share of decoding time spent realigning caches"),
+    ("group_rate", "groups", "{:.0%}", "EXSPEC: rounds formed from one same-length group"),
+    ("peak_mb", "peak MB", "{:.1f}", "peak memory of one run"),
+    ("exact", "exact", "{}", "prompts whose output equals the target's batch-1 greedy output"),
+)
+
+
+def ratio_text(median: float | None, span: list | None) -> str | None:
+    """``1.23 (1.10-1.31)``: a paired ratio's median and range."""
+    return None if median is None else f"{median:.2f} ({span[0]:.2f}-{span[1]:.2f})"
 
 
 def table(table_rows: list[dict]) -> str:
-    """A plain-text table; ``spread`` is (max - min) / median over the repeats,
-    ``paired range`` the smallest and largest per-pass ratio to ``generate``."""
+    """A plain-text table of :data:`COLUMNS` (``generate`` shows no ratios to itself)."""
     lines = []
     for r in table_rows:
-        span = r.get("vs_generate_range")
-        r = dict(r, spread=f"±{(r['max_s'] - r['min_s']) / r['median_s'] / 2:.0%}",
-                 paired=f"{span[0]:.2f}-{span[1]:.2f}" if span and r["method"] != "generate" else None)
+        own = r["method"] == "generate"
+        r = dict(r, wall=None if own else ratio_text(r["vs_generate"], r["vs_generate_range"]),
+                 steady=None if own else ratio_text(r.get("vs_generate_steady"), r.get("vs_generate_steady_range")))
         lines.append([(fmt(r[key]) if callable(fmt) else fmt.format(r[key])) if r.get(key) is not None else "-"
-                      for key, _, fmt in COLUMNS])
-    heads = [head for _, head, _ in COLUMNS]
+                      for key, _, fmt, _ in COLUMNS])
+    heads = [head for _, head, _, _ in COLUMNS]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(heads)]
     render = lambda cols: "  ".join(c.rjust(w) for c, w in zip(cols, widths))  # noqa: E731
     return "\n".join([render(heads)] + [render(line) for line in lines])
+
+
+def legend(device) -> str:
+    """What each column means, and which clock the verdict used."""
+    clock = "CUDA-event time" if device.type == "cuda" else "process CPU time (all its threads)"
+    lines = [f"  {head:<10} {meaning}" for _, head, _, meaning in COLUMNS]
+    return "\n".join([f"columns: the verdict uses {clock}; a range covering 1.00 is 'on par'"] + lines)
 
 
 def machine(device) -> dict:
@@ -137,7 +164,13 @@ def plots(table_rows: list[dict], directory: str) -> list[str]:
         series.setdefault(r["method"] + ("" if r["k"] is None else f" k={r['k']}"), []).append(r)
     written = []
 
+    batches = sorted({r["batch"] for r in table_rows})
+
     def save(fig, name):
+        for ax in fig.axes:  # batch sizes as plain numbers (1, 4, 16), not powers of ten
+            if ax.get_xscale() == "log":
+                ax.set_xticks(batches, [str(b) for b in batches])
+                ax.minorticks_off()
         path = os.path.join(directory, name)
         fig.tight_layout()
         fig.savefig(path, dpi=110)

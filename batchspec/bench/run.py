@@ -13,14 +13,16 @@ import torch
 
 import batchspec
 
-from ..driver import clock
-from ..reference.draft_policy import largest_k
+from ..draft_lengths import start
+from ..reference import Models
+from ..reference.draft_policy import DraftPolicy, as_policy
 from ..testing import reference_greedy
 from . import peers
 from .costs import measure_costs, measure_prefill, median_costs, median_prefill
 from .ideal import ideal_generate_seconds, ideal_speculative_seconds
 from .memory import peak_bytes
 from .steadiness import probe, summary, workload
+from .timing import Timing, timed
 
 #: our methods; peers are transformers' own decoders
 OURS = ("autoregressive", "eqspec", "exspec")
@@ -30,11 +32,13 @@ SPECULATIVE = ("eqspec", "exspec", "assisted")
 
 @dataclass(frozen=True)
 class Case:
-    """One cell of the grid. ``k`` is None for methods that draft nothing."""
+    """One cell of the grid. ``k`` is None for methods that draft nothing,
+    else the label of ``policy`` (``4``, ``"auto"``, ``"confident"``)."""
 
     method: str
     batch: int
     k: int | str | None = None
+    policy: DraftPolicy | None = field(default=None, compare=False, repr=False)  # one object per label, reused
 
     @property
     def label(self) -> str:
@@ -47,7 +51,9 @@ class Cell:
 
     case: Case
     prompts: int
-    seconds: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # wall-clock, per repeat
+    cpu_seconds: list[float] = field(default_factory=list)  # process CPU time, per repeat
+    device_seconds: list[float] = field(default_factory=list)  # CUDA-event time, per repeat (CUDA only)
     tokens: int = 0
     mismatches: list[int] = field(default_factory=list)  # prompt indices whose output differs
     stats: dict | None = None  # ours: the last repeat's Stats.as_dict()
@@ -66,17 +72,36 @@ class Cell:
         return self.tokens / self.median
 
 
+def label(policy: DraftPolicy) -> int | str:
+    """How tables and JSON name a draft policy: ``k`` for a fixed one, else its name."""
+    text = str(policy)
+    return int(text) if text.isdigit() else text
+
+
 def grid(methods, batches, ks) -> list[Case]:
-    """Every case: speculative methods at each ``k``; assisted only at batch 1
-    (transformers refuses larger batches)."""
+    """Every case: speculative methods at each ``k`` (ints, names or policies,
+    each converted once and its object shared by its cases); assisted only
+    at batch 1 (transformers refuses larger batches)."""
+    policies = [as_policy(k) for k in ks]
     out = []
     for b in batches:
         for m in methods:
             if m == "assisted" and b != 1:
                 continue
-            for k in (ks if m in ("eqspec", "exspec") else [None]):
-                out.append(Case(m, b, k))
+            for p in (policies if m in ("eqspec", "exspec") else [None]):
+                out.append(Case(m, b, None if p is None else label(p), p))
     return out
+
+
+def calibrate(pair, cases) -> list[dict]:
+    """Start every case's policy once before anything is timed, so that
+    ``auto`` measures its forward costs here (once per batch size, into the
+    memo its object keeps), never inside a timed call; returns what it measured."""
+    reports: list[dict] = []
+    for case in cases:
+        if case.policy is not None:
+            start(Models(pair.target, pair.draft), case.policy, case.batch, reports.append)
+    return reports
 
 
 def counted_case(pair, case: Case, prompts, max_new_tokens: int):
@@ -90,21 +115,23 @@ def counted_case(pair, case: Case, prompts, max_new_tokens: int):
 
 
 def run_case(pair, case: Case, prompts, max_new_tokens: int):
-    """``(sequences, seconds, stats or None)`` of one call."""
+    """``(sequences, Timing, stats or None)`` of one call."""
+    (seqs, stats), timing = timed(lambda: _decode(pair, case, prompts, max_new_tokens), pair.target.device)
+    return seqs, timing, stats
+
+
+def _decode(pair, case: Case, prompts, max_new_tokens: int):
+    """``(sequences, stats or None)``: one call of ``case``'s decoder."""
     target, draft, eos = pair.target, pair.draft, pair.eos_token_id
-    start = clock(target.device)
-    stats = None
     if case.method == "generate":
-        seqs = peers.hf_generate(target, prompts, case.batch, max_new_tokens, eos)
-    elif case.method == "assisted":
-        seqs = peers.hf_assisted(target, draft, prompts, max_new_tokens, eos)
-    elif case.method == "generate_batch":
-        seqs = peers.hf_continuous(target, prompts, max_new_tokens, eos)
-    else:
-        result = batchspec.generate(target, draft, prompts, method=case.method, num_draft_tokens=case.k or 1,
-                                    max_new_tokens=max_new_tokens, batch_size=case.batch, eos_token_id=eos)
-        seqs, stats = result.sequences, result.stats
-    return seqs, clock(target.device) - start, stats
+        return peers.hf_generate(target, prompts, case.batch, max_new_tokens, eos), None
+    if case.method == "assisted":
+        return peers.hf_assisted(target, draft, prompts, max_new_tokens, eos), None
+    if case.method == "generate_batch":
+        return peers.hf_continuous(target, prompts, max_new_tokens, eos), None
+    result = batchspec.generate(target, draft, prompts, method=case.method, num_draft_tokens=case.policy or case.k or 1,
+                                max_new_tokens=max_new_tokens, batch_size=case.batch, eos_token_id=eos)
+    return result.sequences, result.stats
 
 
 @dataclass
@@ -146,6 +173,7 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     for n in range(plan.warmup + plan.repeats):
         timed = n >= plan.warmup
         schedule += ([(Price(), True)] if timed and priced else []) + [(c, timed) for c in cases]
+    calibrations = calibrate(pair, cases)  # auto's forward costs, before anything is timed
     steady, probes = workload(pair.target.device), []  # the machine's own spread (bench.steadiness)
     for case, timed in progress(schedule, len(schedule)):
         if isinstance(case, Price):
@@ -154,13 +182,13 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
         if timed:
             probes.append(probe(steady, pair.target.device))
         prompts = pool[: cells[case].prompts]
-        seqs, seconds, stats, calls = counted_case(pair, case, prompts, plan.max_new_tokens)
+        seqs, timing, stats, calls = counted_case(pair, case, prompts, plan.max_new_tokens)
         cell = cells[case]
         wrong = [i for i, (got, want) in enumerate(zip(seqs, expected)) if got != want]
         cell.mismatches = sorted(set(cell.mismatches) | set(wrong))  # wrong in any pass is wrong
         if not timed:
             continue
-        cell.seconds.append(seconds)
+        record(cell, timing)
         cell.tokens, cell.target_calls = sum(map(len, seqs)), calls
         if stats is not None:
             cell.stats, cell.per_round = stats.as_dict(), stats.per_round
@@ -173,7 +201,15 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     for cell in cells.values() if priced else ():
         _price_cell(cell, costs, prefill, expected)
     return {"cells": list(cells.values()), "costs": costs, "prefill": prefill, "expected": expected,
-            "steadiness": summary(probes)}
+            "steadiness": summary(probes), "calibrations": calibrations}
+
+
+def record(cell: Cell, timing: Timing) -> None:
+    """One repeat's times, by each clock."""
+    cell.seconds.append(timing.wall)
+    cell.cpu_seconds.append(timing.cpu)
+    if timing.device is not None:
+        cell.device_seconds.append(timing.device)
 
 
 def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> None:
@@ -205,7 +241,7 @@ def _costs(pair, plan: Plan, pool):
     a typical row mid-decode."""
     if pair.draft is None:
         return None
-    k_max = max(largest_k(k) for k in plan.ks)
+    k_max = max(as_policy(k).k_max for k in plan.ks)
     context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
     tokens = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 13, k_max + 1) if n <= k_max + 1})  # the rest interpolate
     return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=tokens, repeats=COST_REPEATS)

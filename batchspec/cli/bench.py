@@ -1,19 +1,22 @@
 """``batchspec bench``: throughput of our methods and of transformers' own decoders, side by side.
 
-Methods × batch sizes × k on one pair and device, in interleaved repeats
-(median and spread), every output checked token for token against the
-target's batch-1 greedy output (exit 1 on any mismatch). It also measures
-each model's forward cost against batch size and tokens per call, and the
-prefill of every static batch, and from them and the acceptance each run
-saw the ideal speedup with zero bookkeeping (both sides pay the prefill),
-and prints achieved / ideal. Under the table, how steady the machine was:
-a fixed workload timed before every timed case, and a warning when its
-spread passes ±10 %. Writes a table, ``--json`` and,
-with ``--plots DIR``, the plots of ``docs/benchmarks.md``.
+Methods × batch sizes × k on one pair and device, every method once per
+repeat (interleaved), every output checked token for token against the
+target's batch-1 greedy output (exit 1 on any mismatch). Each call is
+timed by wall clock and by process CPU time (CUDA-event time on a GPU);
+each cell's ratio to generate is paired per repeat (generate's time / ours,
+from the same repeat) and shown as median (min-max). The verdict uses the
+CPU (GPU) ratios: faster if every repeat's is above 1, slower if every one
+is below, on par if their range covers 1.00. It also measures each model's
+forward cost and the prefill of every static batch, and from them the ideal
+speedup with zero bookkeeping. auto calibrates before anything is timed.
+A legend under the table says what each column means; under it, how steady
+the machine was (a fixed workload timed before every timed case).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -21,25 +24,23 @@ import torch
 
 from ..bench import report, steadiness
 from ..bench.run import OURS, PEERS, Plan, run
-from .common import add_pair_arguments, int_list, load_pair, nonnegative_int, positive_int, progress
-from ..reference.draft_policy import POLICY_NAMES
+from .common import (add_pair_arguments, draft_length, int_list, load_pair, nonnegative_int, policy_words,
+                     positive_int, progress)
 from .errors import UsageError
 
 DEFAULT_METHODS = ("generate", "assisted", "autoregressive", "eqspec", "exspec")
 
 
 def parse_ks(text: str) -> list:
-    """``-k`` as a list of positive ints and draft policies' names (``auto``, ``confident``)."""
+    """``-k`` as a list of draft policies (Spec §4.2), each entry converted by
+    :func:`~batchspec.cli.common.draft_length`."""
     out = []
     for entry in text.split(","):
-        entry = entry.strip()
-        if entry in POLICY_NAMES:
-            out.append(entry)
-        elif entry.isdigit() and int(entry) >= 1:
-            out.append(int(entry))
-        else:
-            raise UsageError(f"-k: expected comma-separated positive integers, 'auto' or 'confident', got {entry!r} "
-                             f"in {text!r}")
+        try:
+            out.append(draft_length(entry))
+        except argparse.ArgumentTypeError:
+            raise UsageError(f"-k: expected comma-separated positive integers, {policy_words()}, got "
+                             f"{entry.strip()!r} in {text!r}") from None
     return out
 
 
@@ -55,7 +56,8 @@ def parse_methods(text: str) -> list[str]:
 def register(subparsers) -> None:
     """Add the ``bench`` subcommand."""
     p = subparsers.add_parser("bench", help="throughput against transformers' decoders, with the ideal speedup",
-                              description=__doc__.split("\n\n")[1])
+                              description=__doc__.split("\n\n")[1], epilog=report.legend(torch.device("cpu")),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pair_arguments(p)
     p.set_defaults(dtype="float32")  # what a user times with; exactness is still checked on every output
     next(a for a in p._actions if a.dest == "dtype").help = "model precision (default float32)"
@@ -67,7 +69,7 @@ def register(subparsers) -> None:
     p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or draft policies auto, confident (default 4)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default 48; 16 on a real pair")
     p.add_argument("--repeats", type=positive_int, default=None,
-                   help="interleaved repeats (default 3; 2 on a real pair)")
+                   help="interleaved repeats (default 5; 2 on a real pair); the verdict needs at least 2")
     p.add_argument("--warmup", type=nonnegative_int, default=1,
                    help="untimed interleaved passes before the repeats (default %(default)s)")
     p.add_argument("--prompts-per-batch", type=positive_int, default=1,
@@ -82,7 +84,7 @@ def register(subparsers) -> None:
 
 #: (batch sizes, max_new_tokens, repeats) when not given: the embedded and tiny pairs
 #: take the whole grid; a real pair (seconds per forward call on a CPU) a run of minutes
-SMALL_PAIR_PLAN, REAL_PAIR_PLAN = ([1, 4, 8, 16, 32], 48, 3), ([1, 4, 8], 16, 2)
+SMALL_PAIR_PLAN, REAL_PAIR_PLAN = ([1, 4, 8, 16, 32], 48, 5), ([1, 4, 8], 16, 2)
 
 
 def fill_plan_defaults(args) -> None:
@@ -121,14 +123,19 @@ def main(args) -> int:
                 "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
                 "machine": report.machine(pair.target.device), "plan": vars(plan),
                 "costs": report.costs_dict(result["costs"], result.get("prefill")),
+                "calibrations": result.get("calibrations"),
                 "steadiness": result.get("steadiness"), "rows": table_rows}
     if args.json == "-":
         print(json.dumps(document, indent=1, default=str))
     else:
         print(f"{pair.name} ({document['dtype']}) on {pair.target.device}, {torch.get_num_threads()} thread(s), "
-              f"{args.max_new_tokens} new tokens, median of {args.repeats}; vs generate = its time / ours, "
-              "median over passes of the pair timed in the same pass")
+              f"{args.max_new_tokens} new tokens, {args.repeats} interleaved repeats")
+        for c in result.get("calibrations") or ():
+            print(f"auto calibrated at batch {c['batch_size']} in {c['seconds']:.2f} s (untimed): draft call "
+                  f"{c['draft_call'] * 1e3:.1f} ms, target calls " +
+                  ", ".join(f"{n} tok {s * 1e3:.1f} ms" for n, s in c["target_calls"].items()))
         print(report.table(table_rows))
+        print(report.legend(pair.target.device))
         machine_line = steadiness.line(result.get("steadiness"))
         if machine_line:
             print(machine_line)

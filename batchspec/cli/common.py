@@ -28,14 +28,22 @@ def positive_int(text: str) -> int:
 
 
 def draft_length(text: str):
-    """argparse type: ``-k``, an int >= 1 or a draft policy's name (Spec §4.2.2, §4.2.3)."""
+    """argparse type: ``-k``, an int >= 1 or a draft policy's name, as the
+    :class:`~batchspec.reference.draft_policy.DraftPolicy` it names (Spec §4.2)."""
+    from ..reference.draft_policy import as_policy
+
+    try:
+        return as_policy(int(text) if text.strip().isdigit() else text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, {policy_words()}, got {text}") from None
+
+
+def policy_words() -> str:
+    """The draft policies' names for a message: ``'auto' or 'confident'``."""
     from ..reference.draft_policy import POLICY_NAMES
 
-    if text in POLICY_NAMES:
-        return text
-    if text.strip().isdigit() and int(text) >= 1:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"expected a positive integer, 'auto' or 'confident', got {text}")
+    quoted = [repr(name) for name in POLICY_NAMES]
+    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
 
 
 def nonnegative_int(text: str) -> int:

@@ -1,12 +1,19 @@
 """``batchspec demo``: EQSPEC against the autoregressive baseline, every invariant checked
 after every step.
 
-Columns: exact = prompts whose EQSPEC output equals the baseline's; tok/call =
-tokens committed per row per target call (1 for the baseline, up to k + 1);
-accept = accepted / drafted draft tokens; target, draft = forward calls;
-time s = seconds decoding, invariant checks excluded; check s = seconds
-checking the invariants; speedup = baseline time s / this time s. Below the
-table: time s split into the draft / verify / align / other phases.
+A first pass decodes with every invariant checked after every step; then
+``--repeats`` timed passes, the methods interleaved in each, decode
+unchecked. Columns: exact = prompts whose EQSPEC output equals the
+baseline's; tok/call = tokens committed per row per target call (1 for the
+baseline, up to k + 1); accept = accepted / drafted draft tokens; target,
+draft = forward calls; time s = wall-clock seconds decoding, median over the
+timed passes; check s = seconds the first pass spent checking invariants;
+speedup = the baseline's time / this one's, paired per pass, median, by
+process CPU time (CUDA-event time on a GPU), which a neighbour's load moves
+far less than wall time. When those paired ratios spread more than ±15 %
+the machine was too unsteady for a figure: speedup then reads "unsteady",
+and the line under the table gives the range. Below the table: time s split
+into the draft / verify / align / other phases (the checked pass's).
 
 With ``--sample`` both methods sample (Spec §4.3.2) and each is checked
 against its per-position reference (exact = outputs identical to it); a
@@ -18,8 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+
+import torch
 
 from ..api import generate
+from ..bench.timing import paired, spread, timed
 from ..stats import PHASES, Stats
 from ..api import METHODS
 from ..validate import validate_sampling
@@ -28,8 +39,12 @@ from .common import add_pair_arguments, draft_length, load_pair, nonnegative_int
 from .errors import UsageError
 
 COLUMNS = ("exact: outputs identical to the baseline; tok/call: tokens per row per target call;\n"
-           "accept: drafts accepted / drafted; target, draft: forward calls; time s: decoding,\n"
-           "invariant checks excluded (check s); speedup: baseline time s / time s")
+           "accept: drafts accepted / drafted; target, draft: forward calls; time s: decoding (wall),\n"
+           "median of the unchecked passes; check s: the checked pass's invariant checks;\n"
+           "speedup: baseline / this, paired per pass, by CPU time (GPU: CUDA-event time)")
+
+#: Half the min-max range of the paired ratios over their median above which no figure is given.
+UNSTEADY = 0.15
 
 
 def register(sub) -> None:
@@ -43,6 +58,10 @@ def register(sub) -> None:
                    help="tokens to generate per prompt (default %(default)s)")
     p.add_argument("--prompts", type=positive_int, default=8, help="how many prompts (default %(default)s)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="prompt seed (default %(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="timed passes after the checked one, methods interleaved (default %(default)s)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch CPU threads (default %(default)s: steadier on a shared machine)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
     sampled.add_arguments(p)
     p.set_defaults(func=run)
@@ -63,13 +82,14 @@ def merge(total: Stats, part: Stats) -> Stats:
     return total
 
 
-def decode_all(pair, prompts, method, args, bar, sampling=None) -> tuple[list[list[int]], Stats]:
+def decode_all(pair, prompts, method, args, bar, sampling=None, check=True) -> tuple[list[list[int]], Stats]:
     """``generate`` one batch at a time (the batches ``generate`` would form itself), so the bar can move.
 
     ``sampling``: ``generate``'s sampling keywords with ``seed`` one per prompt,
-    so that every prompt keeps its own key whichever batch it lands in."""
+    so that every prompt keeps its own key whichever batch it lands in.
+    ``check``: every invariant after every step (the first pass), or none (a timed pass)."""
     common = dict(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                  eos_token_id=pair.eos_token_id, check_invariants=True)
+                  eos_token_id=pair.eos_token_id, check_invariants=check)
     if method != "autoregressive":
         common["num_draft_tokens"] = args.k
     sequences, stats = [], Stats(method)
@@ -83,14 +103,34 @@ def decode_all(pair, prompts, method, args, bar, sampling=None) -> tuple[list[li
     return sequences, stats
 
 
-def row(method: str, stats: Stats, exact: str, base_seconds: float | None) -> dict:
-    """One line of the table (and of ``--json``)."""
-    seconds = round(stats.wall_seconds - stats.check_seconds, 3)
+def timed_passes(pair, prompts, runs, args, sampling=None) -> list[list]:
+    """Per run, its ``Timing`` in each of ``args.repeats`` passes, every run
+    once per pass (interleaved), unchecked. ``runs``: ``(method, sampled)``."""
+    out: list[list] = [[] for _ in runs]
+    for _ in range(args.repeats):
+        for times, (method, sampled) in zip(out, runs):
+            times.append(timed(lambda m=method, s=sampled: decode_all(pair, prompts, m, args, False,
+                                                                        sampling if s else None, check=False),
+                               pair.target.device)[1])
+    return out
+
+
+def row(method: str, stats: Stats, exact: str, times: list, base: list | None) -> dict:
+    """One line of the table (and of ``--json``): counts and check seconds from
+    the checked pass, times from the timed passes, the speedup paired per pass
+    by the steady clock (:meth:`~batchspec.bench.timing.Timing.steady`)."""
+    ratios = paired([t.steady() for t in base], [t.steady() for t in times]) if base else [1.0]
+    wall = paired([t.wall for t in base], [t.wall for t in times]) if base else [1.0]
     return {"method": method, "exact": exact, "tok/call": round(stats.tokens_per_target_call, 2),
             "accept": round(stats.acceptance_rate, 3) if stats.draft_calls else "-",
             "target": stats.target_calls, "draft": stats.draft_calls,
-            "time s": seconds, "check s": round(stats.check_seconds, 3),
-            "speedup": "1.00x" if base_seconds is None else f"{base_seconds / max(seconds, 1e-9):.2f}x",
+            "time s": round(statistics.median(t.wall for t in times), 3),
+            "cpu s": round(statistics.median(t.steady() for t in times), 3),
+            "check s": round(stats.check_seconds, 3),
+            "speedup": f"{statistics.median(ratios):.2f}x", "speedup range": [min(ratios), max(ratios)],
+            "wall speedup": f"{statistics.median(wall):.2f}x", "wall speedup range": [min(wall), max(wall)],
+            "steady": spread(ratios) <= UNSTEADY,
+            "time s per pass": [t.wall for t in times], "cpu s per pass": [t.steady() for t in times],
             **{f"{p} s": round(stats.phase_seconds[p], 3) for p in PHASES}}
 
 
@@ -100,6 +140,7 @@ def table(rows: list[dict]) -> str:
     if "tok/call (α)" in rows[0]:
         keys.insert(3, "tok/call (α)")
         rows = [{**r, "tok/call (α)": "-" if r["tok/call (α)"] is None else r["tok/call (α)"]} for r in rows]
+    rows = [{**r, "speedup": r["speedup"] if r["steady"] else "unsteady"} for r in rows]
     widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
     lines = ["  ".join(k.rjust(w) for k, w in zip(keys, widths))]
     lines += ["  ".join(str(r[k]).rjust(w) for k, w in zip(keys, widths)) for r in rows]
@@ -125,6 +166,8 @@ def sampled_rows(pair, prompts, args) -> tuple[list[dict], bool, list[list[int]]
     base, base_stats = decode_all(pair, prompts, "autoregressive", args, bar, sampling)
     spec, spec_stats = decode_all(pair, prompts, "eqspec", args, bar, sampling)
     _, greedy_stats = decode_all(pair, prompts, "eqspec", args, bar)
+    times = timed_passes(pair, prompts, [("autoregressive", True), ("eqspec", True), ("eqspec", False)], args,
+                         sampling)
     exact = True
     scores = []
     for outputs, draft in ((base, None), (spec, pair.draft)):
@@ -133,9 +176,9 @@ def sampled_rows(pair, prompts, args) -> tuple[list[dict], bool, list[list[int]]
         hits = sum(a == b for a, b in zip(outputs, ref))
         exact &= hits == len(ref)
         scores.append(f"{hits}/{len(ref)}")
-    base_row = row("AR sampled", base_stats, scores[0], None)
-    rows = [base_row, row("eqspec sampled", spec_stats, scores[1], base_row["time s"]),
-            row("eqspec greedy", greedy_stats, "-", base_row["time s"])]
+    rows = [row("AR sampled", base_stats, scores[0], times[0], None),
+            row("eqspec sampled", spec_stats, scores[1], times[1], times[0]),
+            row("eqspec greedy", greedy_stats, "-", times[2], times[0])]
     for r, stats in zip(rows, (base_stats, spec_stats, greedy_stats)):
         expected = stats.expected_tokens_per_target_call
         r["tok/call (α)"] = None if expected is None else round(expected, 2)
@@ -143,6 +186,7 @@ def sampled_rows(pair, prompts, args) -> tuple[list[dict], bool, list[list[int]]
 
 
 def run(args) -> int:
+    torch.set_num_threads(args.threads)
     pair = load_pair(args)
     prompts = pair.prompts(args.prompts, args.seed)
     if args.sample:
@@ -151,26 +195,51 @@ def run(args) -> int:
     base, base_stats = decode_all(pair, prompts, "autoregressive", args, not args.json)
     spec, spec_stats = decode_all(pair, prompts, "eqspec", args, not args.json)
     exact = sum(a == b for a, b in zip(spec, base))
-    base_row = row("autoregressive", base_stats, "(base)", None)
-    rows = [base_row, row("eqspec", spec_stats, f"{exact}/{len(prompts)}", base_row["time s"])]
+    times = timed_passes(pair, prompts, [("autoregressive", False), ("eqspec", False)], args)
+    rows = [row("autoregressive", base_stats, "(base)", times[0], None),
+            row("eqspec", spec_stats, f"{exact}/{len(prompts)}", times[1], times[0])]
     return show(args, pair, prompts, rows, spec, 0 if exact == len(prompts) else 1)
 
 
 def show(args, pair, prompts, rows, spec, status: int) -> int:
     """Print the table (or ``--json``) and a few continuations; return ``status``."""
     if args.json:
-        print(json.dumps({"pair": pair.name, "rows": rows}, indent=2))
+        print(json.dumps({"pair": pair.name, "threads": torch.get_num_threads(), "repeats": args.repeats,
+                          "clock": clock_name(pair.target.device), "rows": rows}, indent=2))
         return status
     dtype = str(pair.dtype).removeprefix("torch.")
     print(f"pair {pair.name}: {pair.description}")
     print(f"{len(prompts)} prompts, batch {args.batch_size}, k = {args.k}, {args.max_new_tokens} new tokens, "
-          f"{dtype} on {args.device}; every invariant checked after every step")
+          f"{dtype} on {args.device}, {torch.get_num_threads()} torch thread(s)")
+    print(f"every invariant checked after every step in a first pass, then {args.repeats} timed passes")
     if args.sample:
         print(f"sampling: temperature {args.temperature}, top-k {args.top_k}, top-p {args.top_p}, keys from "
               f"seed {args.sample_seed}; exact = identical to each prompt's per-position reference")
     print(table(rows))
+    print(steadiness(rows, clock_name(pair.target.device)))
     if pair.decode is not None:
         print()
         for prompt, out in list(zip(prompts, spec))[:3]:
             print(f"... {repr(pair.decode(prompt)[-40:])[-90:]}\n    -> {repr(pair.decode(out))[:90]}")
     return status
+
+
+def clock_name(device) -> str:
+    """The clock the speedup is measured by."""
+    return "CUDA-event time" if device.type == "cuda" else "process CPU time"
+
+
+def steadiness(rows: list[dict], clock: str) -> str:
+    """Under the table: each speedup's paired range by both clocks, and a
+    warning when the machine was too unsteady for a figure."""
+    lines = []
+    for r in rows[1:]:
+        low, high = r["speedup range"]
+        wall_low, wall_high = r["wall speedup range"]
+        text = (f"{r['method']} speedup: {r['speedup']} by {clock} ({low:.2f}-{high:.2f}x over the passes), "
+                f"{r['wall speedup']} by wall time ({wall_low:.2f}-{wall_high:.2f}x)")
+        if not r["steady"]:
+            text += (f"\n  too unsteady for a figure (the passes differ by over ±{UNSTEADY:.0%}): the machine's "
+                     "load changed;\n  run again on a quieter machine, or with more --repeats")
+        lines.append(text)
+    return "\n".join(lines)

@@ -42,7 +42,7 @@ def dsd_round(models, grid: g.Grid, config, outputs):
     """One round (compare Spec §4.7 step by step)."""
     grid.round += 1
     budget = config.max_new_tokens - grid.generated  # [B]
-    k = min(config.k, int(budget.min()))
+    k = min(config.k.k_max, int(budget.min()))  # a Fixed(k): the methods that take no other policy
     # 1. The draft proposes k' + 1 tokens: k' to verify, and its own candidate for the bonus.
     drafts = grid.tokens.new_zeros((grid.batch, 0))
     for _ in range(k + 1):

@@ -39,7 +39,7 @@ def masking_round(models, grid: g.Grid, config, outputs):
     """One round; the steps mirror EQSPEC's (Spec §4.7) except step 5."""
     grid.round += 1
     budget = config.max_new_tokens - grid.generated  # [B]
-    k = min(config.k, int(budget.min()))
+    k = min(config.k.k_max, int(budget.min()))  # a Fixed(k): the methods that take no other policy
     # 1. Draft k' tokens per row.
     drafts = grid.tokens.new_zeros((grid.batch, 0))
     for _ in range(k):
