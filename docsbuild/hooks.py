@@ -1,7 +1,7 @@
 """MkDocs hooks: pages that are generated from the installed package when the site builds.
 
-* ``index.md``: the README, its ``docs/...`` links turned into links to the
-  site's pages (the README's Quickstart link works on both).
+* ``assets/home-methods.svg``: the home page's picture of one ragged round and
+  what each method does to it (docsbuild/home_picture.py).
 * spec pages: their ``../docs/...`` links (right from ``spec/`` in the
   repository) turned into links to the site's pages (the site serves the
   spec under ``docs/spec``).
@@ -27,8 +27,9 @@ import tempfile
 from html import unescape
 from pathlib import Path
 
+import home_picture  # docsbuild/: on sys.path while mkdocs loads this hook, and in tests/test_docs_api.py
+
 ROOT = Path(__file__).resolve().parent.parent
-README_SNIPPET = '--8<-- "README.md"'  # docs/index.md: the home page is the README
 METHODS_MARKER = "<!-- batchspec:methods -->"
 VIEWER_MARKER = "<!-- batchspec:step-through -->"
 # Held-out stdlib windows and prompt lengths: four rows of different lengths whose
@@ -51,14 +52,7 @@ def methods_table() -> str:
     return "\n".join(rows)
 
 
-def readme_for_site() -> str:
-    """The README as the home page shows it: its links into ``docs/`` lead to the site's pages."""
-    return (ROOT / "README.md").read_text().replace("](docs/", "](")
-
-
 def on_page_markdown(markdown: str, page, **kwargs) -> str:
-    if README_SNIPPET in markdown:
-        markdown = markdown.replace(README_SNIPPET, readme_for_site())
     if page.file.src_uri.startswith("spec/"):
         markdown = markdown.replace("](../docs/", "](../")
     if METHODS_MARKER in markdown:
@@ -151,8 +145,11 @@ def on_page_content(html: str, page, **kwargs) -> str:
 
 
 def on_files(files, config, **kwargs):
-    """Record the viewer page's traces and publish them next to it, for ``Trace.load``."""
+    """Record the viewer page's traces and publish them next to it, for ``Trace.load``;
+    publish the home page's picture."""
     from mkdocs.structure.files import File
+
+    files.append(File.generated(config, "assets/home-methods.svg", content=home_picture.svg()))
 
     folder = Path(tempfile.mkdtemp(prefix="batchspec-step-through-"))
     for label, trace in step_through_traces().items():

@@ -2,11 +2,16 @@
 
 The built site (the same build the other docs tests read, ``docs_site`` in
 conftest.py) is served from 127.0.0.1 and loaded in headless Debian
-chromium through selenium. On the home page, every tutorial page, a spec page
-and the viewer page: no console errors, every image loaded, every formula
-rendered by KaTeX. In the viewer, stepping to the masking run's first ragged
-round shows the I1 violation there and none in the EQSPEC pane.
-Screenshots go to ``screenshots/`` (git-ignored).
+chromium through selenium, at device scale 1. On every page, in a 1400 px
+window: no console errors, every image loaded, every formula rendered by
+KaTeX, and nothing wider than the column (no code block, table or picture
+to scroll sideways, except the viewer's grids and tables marked
+``bs-scroll``), printed output wrapped, pictures shown at a scale where their
+text reads at 10 px or more. In a 390 px window (a phone): the page never
+scrolls sideways as a whole, and printed output still wraps. In the viewer,
+stepping to the masking run's first ragged round shows the I1 violation there
+and none in the EQSPEC pane. Screenshots of the pages a reader meets first go
+to ``screenshots/`` (git-ignored), at both widths.
 
 Needs ``apt-get install -y chromium chromium-driver`` (``.ci/run`` does it)
 and selenium (the ``test`` extra); skipped with that message otherwise.
@@ -102,9 +107,41 @@ const clipped = Array.from(root.querySelectorAll("pre, .bsv-viewer table, .bsv-o
 const paths = document.body.innerText.match(/.{0,30}(?:\/(?:work|root|tmp)\/|\/site-packages\/).{0,30}/g) || [];
 return {images, clipped, paths};
 """
-#: text in batchspec.viz's pictures is at least MIN_TEXT_PX in the PNG: shown at this
-#: scale or more it reads at 10 px or more; a smaller picture needs a zoom
+# Run in the page after load: what sticks out of the reading column. Anything wider
+# than the column's content box, or scrolling inside itself, counts, except what
+# is meant to scroll: the viewer's grids and a table marked .bs-scroll. Printed
+# output must wrap (a line that scrolls is a line the reader does not see).
+FIT_STATE = r"""
+const column = document.querySelector(".md-content .md-typeset") || document.body;
+const edge = e => e.getBoundingClientRect();
+const box = edge(column);
+const style = getComputedStyle(column);
+const left = box.left + parseFloat(style.paddingLeft) - 1, right = box.right - parseFloat(style.paddingRight) + 1;
+const shown = e => e.getClientRects().length > 0 && edge(e).width > 0;
+const meant = e => !!e.closest(".bsv-viewer, .bs-scroll");
+const name = e => `${e.tagName.toLowerCase()}: ${(e.textContent || e.getAttribute("src") || "").trim().slice(0, 60)}`;
+const wide = Array.from(column.querySelectorAll("pre, table, img, svg, .jp-RenderedImage"))
+  .filter(e => shown(e) && !meant(e) && !e.parentElement.closest("svg"))
+  .filter(e => edge(e).right > right || edge(e).left < left ||
+               (e.tagName !== "IMG" && e.scrollWidth > e.clientWidth + 1))
+  .map(e => `${name(e)} (${Math.round(Math.max(edge(e).width, e.scrollWidth))} px in ${Math.round(right - left)})`);
+const unwrapped = Array.from(column.querySelectorAll(".jp-OutputArea-output pre")).filter(shown)
+  .filter(e => !getComputedStyle(e).whiteSpace.startsWith("pre-wrap") || e.scrollWidth > e.clientWidth + 1)
+  .map(name);
+const page = document.documentElement.scrollWidth > window.innerWidth + 1 ?
+  [`the page is ${document.documentElement.scrollWidth} px wide in a ${window.innerWidth} px window`] : [];
+return {wide, unwrapped, page};
+"""
+#: text in batchspec.viz's pictures is at least MIN_TEXT_PX in the PNG (the tutorials'
+#: own charts and the home picture at least as large): shown at this scale or more it
+#: reads at 10 px or more; a smaller picture needs a zoom
 MIN_SCALE = 10 / MIN_TEXT_PX
+DESKTOP, PHONE = 1400, 390  # px: a desktop window and a phone
+#: the pages a reader meets first, screenshot at both widths
+FIRST_PAGES = ("", "tutorials/", "tutorials/01_the_ragged_problem/", "tutorials/05_eqspec_step_by_step/",
+               "tutorials/07_real_pairs_and_gpus/", "tutorials/09_check_your_own_decoder/",
+               "real-pair/07_real_pairs_and_gpus/", "benchmarks/", "spec/04-transitions/",
+               "spec/07-non-invariants/", "step-through/")
 
 
 def unreadable(state: dict) -> dict:
@@ -112,6 +149,16 @@ def unreadable(state: dict) -> dict:
     return {"small images": [i for i in state["images"] if i["scale"] < MIN_SCALE - 1e-3 and not i["zoom"]],
             "cut-off images": [i for i in state["images"] if i["cut"]],
             "clipped code": state["clipped"], "machine paths": state["paths"]}
+
+
+def misfits(driver, width: int) -> dict:
+    """What does not fit at ``width``: at the desktop width everything that sticks out of
+    the column or scrolls in it, unwrapped printed output and shrunk pictures; at a
+    phone's, a page that scrolls sideways as a whole and unwrapped printed output."""
+    fit = driver.execute_script(FIT_STATE)
+    if width < DESKTOP:
+        return {"page": fit["page"], "unwrapped": fit["unwrapped"]}
+    return {**fit, **unreadable(driver.execute_script(READING_STATE))}
 
 
 @contextlib.contextmanager
@@ -144,7 +191,8 @@ def browser():
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium's driver manager must never try a download
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900",
+                 "--force-device-scale-factor=1", "--hide-scrollbars"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
@@ -158,12 +206,13 @@ def console_errors(driver) -> list[str]:
     return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def screenshot(driver, name: str) -> None:
-    """The whole page, not only the first screenful."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, min(max(height, 600), 6000))
+def screenshot(driver, name: str, width: int = 1400) -> None:
+    """The first screenful at actual size, then the whole page (up to 6000 px tall)."""
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
-    driver.set_window_size(1400, 1000)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(max(height, 600), 6000))
+    driver.save_screenshot(str(SHOTS / f"{name}-full.png"))
+    driver.set_window_size(width, 900)
 
 
 def open_page(driver, url: str) -> dict:
@@ -177,23 +226,58 @@ def tutorial_pages(site: Path) -> list[str]:
     return sorted(str(p.parent.relative_to(site)) + "/" for p in (site / "tutorials").rglob("index.html"))
 
 
-def test_pages_render_without_errors(browser, server, docs_site):
-    pages = ["", "quickstart/", "spec/05-theorems/", "step-through/", "api/batchspec/", "api/invariants/", "faq/",
-             "benchmarks/", *tutorial_pages(docs_site)]
-    assert "tutorials/" in pages
-    for path in pages:
-        state = open_page(browser, server + path)
-        name = path.strip("/").replace("/", "-") or "home"
-        screenshot(browser, name)
-        assert console_errors(browser) == [], path
-        assert not any(unreadable(browser.execute_script(READING_STATE)).values()), \
-            (path, unreadable(browser.execute_script(READING_STATE)))
-        assert state["broken"] == [], (path, state["broken"])
-        assert state["katexErrors"] == [] and state["unrendered"] == [] and state["rawTex"] == [], (path, state)
-        assert state["katex"] >= state["math"], path
-        assert state["title"].endswith("batchspec"), (path, state["title"])
+def site_pages(site: Path) -> list[str]:
+    """Every page of the built site, as a path under its root ("" is the home page)."""
+    found = [p.parent.relative_to(site).as_posix() for p in site.rglob("index.html")]
+    return sorted("" if p == "." else p + "/" for p in found if not p.startswith(("assets", "search")))
+
+
+def test_every_page_renders_and_fits_at_both_widths(browser, server, docs_site):
+    pages = site_pages(docs_site)
+    assert set(FIRST_PAGES) <= set(pages) and len(pages) > 40
+    found = {}
+    for width in (DESKTOP, PHONE):
+        browser.set_window_size(width, 900)
+        for path in pages:
+            state = open_page(browser, server + path)
+            if path in FIRST_PAGES:
+                screenshot(browser, f"{path.strip('/').replace('/', '-') or 'home'}-{width}", width)
+            assert console_errors(browser) == [], path
+            assert state["broken"] == [], (path, state["broken"])
+            assert state["katexErrors"] == [] and state["unrendered"] == [] and state["rawTex"] == [], (path, state)
+            assert state["katex"] >= state["math"], path
+            assert state["title"].endswith("batchspec"), (path, state["title"])
+            bad = {kind: items for kind, items in misfits(browser, width).items() if items}
+            if bad:
+                found[f"{path or 'home'} at {width} px"] = bad
+    browser.set_window_size(DESKTOP, 900)
+    assert found == {}
     math = open_page(browser, server + "spec/05-theorems/")
     assert math["math"] > 20 and math["katex"] > 20  # the spec's formulas really went through KaTeX
+
+
+MISFIT_PAGE = """<!doctype html><html><head><title>misfit</title></head><body>
+<div class="md-content"><div class="md-typeset" style="width: 600px">
+<pre style="overflow-x: auto">a line of code far wider than the six hundred pixels of the column it sits in, scrolling sideways in its own box</pre>
+<table><tr><td style="white-space: nowrap">a table with a column far wider than the six hundred pixels of the column around it</td></tr></table>
+<div class="bs-scroll" style="overflow-x: auto"><table><tr><td style="white-space: nowrap">a wide table marked to scroll, on purpose, far wider than six hundred pixels</td></tr></table></div>
+<div class="jp-OutputArea-output"><pre style="white-space: pre">printed output that does not wrap</pre></div>
+<img src="data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' width='900' height='40'%3E%3C/svg%3E">
+</div></div></body></html>"""
+
+
+def test_the_fit_checks_fire_on_a_page_that_does_not_fit(browser, tmp_path):
+    (tmp_path / "index.html").write_text(MISFIT_PAGE)
+    with serving(tmp_path) as url:
+        open_page(browser, url)
+        wide = browser.execute_script(FIT_STATE)
+        browser.set_window_size(PHONE, 900)
+        open_page(browser, url)
+        phone = browser.execute_script(FIT_STATE)
+        browser.set_window_size(DESKTOP, 900)
+    assert [w.split(":")[0] for w in wide["wide"]] == ["pre", "table", "img"]  # not the .bs-scroll table
+    assert wide["unwrapped"] == ["pre: printed output that does not wrap"] and wide["page"] == []
+    assert phone["page"] and phone["page"][0].endswith("in a 390 px window")
 
 
 def first_ragged_round(trace: Trace) -> int:

@@ -46,6 +46,10 @@ def test_step_through_page_claims_hold_on_the_traces_it_shows(docs_site):
         assert (mine["step"], mine["observation"]["tokens"], mine["observation"]["draft_tokens"]) == \
                (theirs["step"], theirs["observation"]["tokens"], theirs["observation"]["draft_tokens"])
     assert len(set(eqspec.find(1, "align")["decision"]["appended"])) > 1
+    # 1. ...but not the same caches: masking's prefill feeds both models, EQSPEC's feeds nothing
+    assert [c["model"] for c in masking.steps[0]["observation"]["calls"]] == ["target", "draft"]
+    assert eqspec.steps[0]["observation"]["calls"] == []
+    assert {c["length"] for c in eqspec.steps[0]["observation"]["caches"].values()} == {0}
     # 3. masking breaks I1 at that align; EQSPEC repads (some δ_i != 0) and breaks nothing
     first = masking.first_violation()
     assert (first["invariant"], first["round"], first["step"]) == ("I1", 1, "align")
@@ -59,9 +63,28 @@ def test_step_through_page_claims_hold_on_the_traces_it_shows(docs_site):
     assert eqspec.result["sequences"] == alone.sequences != masking.result["sequences"]
 
 
-def test_the_readme_links_the_quickstart_in_the_repository_and_on_the_site(docs_site):
-    """README.md links docs/quickstart.md; the home page, which is the README, links the page."""
+def test_the_readme_links_the_quickstart_in_the_repository_and_the_home_page_on_the_site(docs_site):
+    """README.md links docs/quickstart.md; the home page, a page of its own, links the site's page."""
     readme = (ROOT / "README.md").read_text()
     assert "[Quickstart](docs/quickstart.md)" in readme and (ROOT / "docs" / "quickstart.md").is_file()
     home = (docs_site / "index.html").read_text()
     assert 'href="quickstart/">Quickstart</a>' in home and "docs/quickstart.md" not in home
+
+
+READING_PATH = ["tutorials/01_the_ragged_problem/", "tutorials/02_masking_breaks_i1_and_i2/",
+                "tutorials/05_eqspec_step_by_step/", "tutorials/06_exspec/",
+                "tutorials/09_check_your_own_decoder/", "step-through/"]
+
+
+def test_the_home_page_shows_the_picture_the_reading_path_and_the_two_commands(docs_site):
+    home = (docs_site / "index.html").read_text()
+    picture = (docs_site / "assets" / "home-methods.svg").read_text()
+    assert 'src="assets/home-methods.svg"' in home
+    for method in ("Masking", "Rollback", "DSD-style padding", "EQSPEC", "EXSPEC"):
+        assert f">{method}" in picture and method in home
+    path = home[home.index('id="read-in-this-order"'):home.index('id="two-commands"')]
+    links = re.findall(r'<li><a href="([^"]+)">', path)
+    assert links == READING_PATH
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "index.md").read_text(), re.S)
+    assert len(commands) == 2 and all(c in readme for c in commands)  # the README's two commands

@@ -51,3 +51,23 @@ def test_a_saved_trace_path_works_and_script_tags_in_data_are_escaped(trace, tmp
     a, b = embedded(page)
     assert a["header"] == trace.header and b["header"]["pair"].startswith("</script>")
     assert compact(trace, "x")["steps"][0]["index"] == 0
+
+
+def legend_colours(css: str) -> dict[str, str]:
+    """The background each legend entry of the viewer shows, from its stylesheet."""
+    from batchspec.viz.html import LEGEND
+
+    rules = dict(re.findall(r"\.bsv-([\w-]+)(?:, \.bsv-[\w-]+)* \{ background: ([^;]+);", css))
+    rules |= {name: colour for names, colour in re.findall(r"((?:\.bsv-[\w-]+, )+\.bsv-[\w-]+) \{ background: ([^;]+);", css)
+              for name in re.findall(r"\.bsv-([\w-]+)", names)}
+    return {cls: rules[cls].strip().lower() for cls, _ in LEGEND}
+
+
+def test_no_two_legend_entries_share_a_colour():
+    """The legend had two yellows (drafted, slot written) and two light blues (prompt, slot kept)."""
+    from batchspec.viz.html import ASSETS
+
+    colours = legend_colours((ASSETS / "viewer.css").read_text())
+    assert len(set(colours.values())) == len(colours), colours
+    planted = legend_colours((ASSETS / "viewer.css").read_text() + ".bsv-kept { background: #56B4E9; }\n")
+    assert planted["kept"] == planted["prompt"] and len(set(planted.values())) < len(planted)  # would fail

@@ -12,6 +12,12 @@
 # and the batch stops being a rectangle. The rest of the tutorials are about what
 # to do then.
 #
+# The pictures label row `i` of a batch with its padding `p_i` and its content
+# length `c_i` (prompt plus committed tokens); in a round it accepts `m_i` of the
+# `k` drafts and commits `a_i = m_i + 1` tokens, and a realignment shifts it by
+# `δ_i` slots. All symbols, with their names in the code:
+# [Spec §1 Notation](../../spec/01-notation/).
+#
 # The first cell picks the model pair and the device (the environment variables
 # `BATCHSPEC_TUTORIAL_PAIR` and `BATCHSPEC_TUTORIAL_DEVICE`; by default the small
 # pair that ships inside batchspec, on CPU, in float64).
@@ -172,7 +178,8 @@ viz.draw_cells(after, alphabet=setup.alphabet, last=12 + width - n);
 # %% [markdown]
 # ## Three ways out
 #
-# * **Masking** (BSP-style): keep the tensor rectangular, leave the rejected
+# * **Masking** (BSP-style, after BSP, a batch implementation the paper
+#   measured): keep the tensor rectangular, leave the rejected
 #   drafts in place and zero them in the attention mask. Chapter 2 shows it
 #   breaking the alignment (I1) and position (I2) invariants.
 # * **Rollback**: cut every row to the smallest `a_i`. Correct, but it throws
@@ -208,4 +215,6 @@ assert recorded.first_violation() is None
 #   different `a_i = m_i + 1`: the **ragged** problem.
 # * Every batch method must turn the ragged result back into something a model
 #   can consume, and keep positions, masks and caches consistent while doing so.
-#   The invariants I1–I5 (Spec §3) say exactly what "consistent" means.
+#   The invariants say exactly what "consistent" means, in two levels (Spec §3):
+#   C1–C3, true of every correct decoder whatever its layout, and I1–I8, the
+#   paper's compact layout, which refine them.

@@ -141,7 +141,7 @@ left.plot(sizes, [r[1] for r in rows], "o-", label="eqspec, measured")
 left.plot(sizes, [r[2] for r in rows], "s-", label="rollback, measured")
 left.plot(sizes, [r[3] for r in rows], "k--", label="rollback, Σ S(j)^B (Spec §5.4)")
 left.set(xlabel="batch size", ylabel="tokens per target call", xticks=sizes, ylim=(0.9, None))
-left.legend(fontsize=8)
+left.legend(fontsize=9)
 right.bar([str(b) for b in sizes], [r[5] for r in rows], color="#D55E00")
 right.set(xlabel="batch size", ylabel="verified tokens thrown away", title="rollback's waste")
 fig.tight_layout();

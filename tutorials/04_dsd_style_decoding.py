@@ -1,8 +1,9 @@
 # %% [markdown]
 # # 4. DSD-style decoding — what it breaks, and where
 #
-# A third design, after the DSD line of work (Spec §6.3), makes three choices at
-# once:
+# A third design, after DSD (dynamic speculative decoding, one of the batch
+# implementations the paper measured, at about 0 % exact match; Spec §6.3),
+# makes three choices at once:
 #
 # * **no attention mask**: every call attends every slot, padding included,
 #   and position ids are plain slot indices;

@@ -8,6 +8,12 @@
 # small case, checks every invariant after every step (in the *semantic* mode,
 # which also recomputes every cached key and value from scratch), and then
 # breaks the algorithm on purpose to see which invariant notices.
+#
+# The pictures label row `i` of a batch with its padding `p_i` and its content
+# length `c_i` (prompt plus committed tokens); in a round it accepts `m_i` of the
+# `k` drafts and commits `a_i = m_i + 1` tokens, and a realignment shifts it by
+# `δ_i` slots. All symbols, with their names in the code:
+# [Spec §1 Notation](../../spec/01-notation/).
 
 # %%
 import batchspec

@@ -72,7 +72,7 @@ axes[1].bar(x, residual, 0.6, bottom=kept, label="max(0, p - q): residual", colo
 axes[1].set(title=f"kept + residual = p   (α = Σ min(p, q) = {alpha:.2f})", xticks=list(x),
             xticklabels=[str(int(t)) for t in show])
 for ax in axes:
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     ax.set_xlabel("token id")
 plt.tight_layout()
 plt.show()
@@ -154,7 +154,11 @@ for (name, curve), color in zip(curves.items(), colors):
 ax.loglog(sizes, [method[0] * (sizes[0] / n) ** 0.5 for n in sizes], "--", color="grey", label="1/sqrt(n)")
 ax.set(xlabel="samples n", ylabel="total variation to the exact distribution",
        title="convergence against the negative controls")
-ax.legend(fontsize=7, loc="lower left")
+ax.set_xticks(sizes, [str(n) for n in sizes], minor=False)  # the sample sizes, not powers of ten
+ax.xaxis.set_minor_locator(plt.NullLocator())
+ax.yaxis.set_major_formatter(plt.FormatStrFormatter("%g"))
+ax.yaxis.set_minor_formatter(plt.FormatStrFormatter("%g"))
+ax.legend(fontsize=9, loc="lower left")
 plt.tight_layout()
 plt.show()
 
