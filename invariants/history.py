@@ -58,6 +58,7 @@ class Chains:
     #: slots; or (Chains, slot, at, attended, rows), its chain elements by rank (History._moved)
     _source: tuple | None = None
     _labels: torch.Tensor | None = None
+    _rejected: torch.Tensor | None = None  # [B, T] attended slots on a rejected stream (stream.Stream.attended)
     #: calls since the last one whose context labels were built: each lazy context reads the
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0
