@@ -111,7 +111,7 @@ def _rejected(chains: Chains) -> list[Violation]:
     if not bool(hits.any()):
         return []
     if memo.reported:  # each rejected token once: at the first call that attends it
-        hits &= ~torch.isin(chains.node[:, :chains.cached], torch.tensor(sorted(memo.reported)).to(hits.device))
+        hits = hits & ~torch.isin(chains.node[:, :chains.cached], torch.tensor(sorted(memo.reported)).to(hits.device))
     first = torch.where(hits, chains.rank[:, :chains.cached], chains.rank.shape[1]).argmin(1)  # [B]
     for i in hits.any(1).nonzero().flatten().tolist():
         s = int(first[i])

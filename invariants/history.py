@@ -61,6 +61,7 @@ class Chains:
     #: the window ``W`` of the layers read (Spec §3.12.2's window rule), 0 for full attention:
     #: ranks are then positions, not indices into the call's columns
     window: int = 0
+    _rejected: torch.Tensor | None = None  # [B, T] attended slots on a rejected stream (stream.Stream.attended)
     #: calls since the last one whose context labels were built: each lazy context reads the
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0

@@ -51,14 +51,28 @@ class Stream:
     _keys: torch.Tensor | None = None  # the rejected nodes, sorted, for torch.isin
 
     def attended(self, chains) -> torch.Tensor:
-        """``[B, T]`` bool: the cached slots each row attends whose node was rejected."""
-        t = chains.cached
-        if not self.rejected or t == 0:
-            return torch.zeros((chains.attended.shape[0], t), dtype=torch.bool, device=chains.attended.device)
+        """``[B, T]`` bool: the cached slots each row attends whose node was rejected
+        (computed once per call: the check and :meth:`remember` both read it)."""
+        if chains._rejected is None:
+            t = chains.cached
+            if not self.rejected or t == 0:
+                chains._rejected = torch.zeros((chains.attended.shape[0], t), dtype=torch.bool,
+                                               device=chains.attended.device)
+            else:
+                node = chains.node[:, :t]
+                chains._rejected = torch.isin(node, self._sorted(node.device)) & chains.attended[:, :t]
+        return chains._rejected
+
+    def _sorted(self, device) -> torch.Tensor:
+        """The rejected nodes as a tensor, extended by the ones added since it was built."""
         if self._keys is None or self._keys.numel() != len(self.rejected):
-            self._keys = torch.tensor(sorted(self.rejected), dtype=torch.int64)
-        node = chains.node[:, :t]
-        return torch.isin(node, self._keys.to(node.device)) & chains.attended[:, :t]
+            have = 0 if self._keys is None else self._keys.numel()
+            added = torch.tensor(list(self.rejected)[have:], dtype=torch.int64,  # dicts keep insertion order
+                                 device=device if self._keys is None else self._keys.device)
+            self._keys = added if self._keys is None else torch.cat([self._keys, added])
+        if self._keys.device != device:
+            self._keys = self._keys.to(device)
+        return self._keys
 
     def first_wrong(self, node: int, default=None):
         """The decoder's first wrong call on rejected ``node``, once a call built on it
@@ -108,6 +122,7 @@ class Stream:
             self.tested.update(nodes)
         elif bool(hits.any()):
             new = {i for i, node in zip(rows, nodes) if node not in self.tested}
+            hits = hits.clone()
             hits[[i for i in range(hits.shape[0]) if i not in new]] = False
         for node in chains.node[:, :chains.cached][hits].tolist():
             self.seen.setdefault(node, chains.number)

@@ -42,3 +42,32 @@ def test_batch_max_needs_a_ragged_batch(layout):
     out, w = recorded(target, draft, runner(target, draft, layout, "batch_max", WITH_PAD_ID[:1]), WITH_PAD_ID[:1])
     assert out == reference("qwen3", WITH_PAD_ID[:1]) and w.violations == [], w.report()
 
+
+
+#: conformance class (batchspec.conformance.classes) -> the planted bug it probes
+VECTOR_CLASSES = {"offset_whole_block": "offset_block", "bonus_duplicated": "bonus_dup",
+                  "positions_batch_max": "batch_max"}
+
+
+def outside(bug=None, layout="repad"):
+    """A conformance decoder (``batchspec.conformance.run``) of the outside decoder, greedy, no EOS."""
+    def decode(target, draft, prompts, k, max_new_tokens, eos_token_id):
+        assert not eos_token_id  # these vectors set no EOS
+        return decoders.decode(target, draft, prompts, k, max_new_tokens, layout, bug=bug)
+    return decode
+
+
+def test_the_class_vectors_pass_the_correct_decoder_and_fail_each_planted_bug(tmp_path):
+    """Each vector sets the trap of its class (rows accepting different counts in one
+    of EQSPEC's rounds); the three traps are the same, so each of these bugs fails
+    all three. The traps are set for decoders whose rounds are EQSPEC's: the
+    right-padded decoder commits its first token at the prefill, its rounds fall
+    elsewhere, and there its whole-block offset happens to change no output."""
+    from batchspec.conformance import check, export
+
+    names = export(tmp_path, families=(), classes=tuple(VECTOR_CLASSES))
+    for layout in ("repad", "static"):
+        assert check(tmp_path, outside(layout=layout)) == {name: None for name in names}
+        for bug in VECTOR_CLASSES.values():
+            results = check(tmp_path, outside(bug, layout))
+            assert all(results.values()), (bug, layout, results)

@@ -15,7 +15,7 @@ import torch
 from batchspec import faults
 from batchspec.cli import main as cli
 from batchspec.conformance import check, export, load_vector
-from batchspec.conformance.classes import CLASS_FAMILY, CLASSES, HINTS, PAD
+from batchspec.conformance.classes import CLASS_FAMILY, CLASSES, HINTS, PAD, RAGGED
 from batchspec.conformance.run import models, reference_decoder
 from batchspec.conformance.sampled import PURPOSES, SAMPLED
 from batchspec.reference.sampling import Warping, accept_probability, draw, residual, uniform
@@ -39,7 +39,8 @@ def test_every_class_has_one_vector_of_the_targets_own_greedy_decoding(vectors):
     folder, by_class = vectors
     assert set(by_class) == set(CLASSES) == {"pad_id_emitted", "eos_in_prompt", *(f"eos_at_slot_{j}" for j in range(4)),
                                              "all_accepted", "none_accepted", "k_zero_rounds", "one_token_prompt",
-                                             "per_request_budget", "sampled_keyed", "sampled_warped"}
+                                             "per_request_budget", "sampled_keyed", "sampled_warped",
+                                             "offset_whole_block", "bonus_duplicated", "positions_batch_max"}
     for cls, v in by_class.items():
         assert v["name"] == f"{cls}-{CLASS_FAMILY}" and v["hint"] == HINTS[cls] and v["hint"].startswith("a ")
         if cls in SAMPLED:
@@ -89,7 +90,11 @@ def test_each_vector_sets_up_its_class(vectors):
     assert {k_round for rr in rounds for _, _, k_round, _ in rr.values()} == {3, 2}
     assert all(m == 0 for rr in rows_rounds(by_class["none_accepted"]) for m, *_ in rr.values())
     assert by_class["none_accepted"]["draft"] != by_class["none_accepted"]["target"]
-    assert all(v["draft"] == v["target"] for cls, v in by_class.items() if cls in GREEDY and cls != "none_accepted")
+    assert all(v["draft"] == v["target"] for cls, v in by_class.items()
+               if cls in GREEDY and cls not in ("none_accepted", *RAGGED))
+    for cls in RAGGED:  # a perturbed draft: some round where the rows accept different counts
+        assert by_class[cls]["draft"] != by_class[cls]["target"]
+        assert any(len(set(r["accepted"])) > 1 for r in by_class[cls]["expected"]["rounds"])
     v = by_class["k_zero_rounds"]
     assert v["max_new_tokens"] == 1 < v["k"] and all(len(s) == 1 for s in seqs["k_zero_rounds"])
     assert min(map(len, by_class["one_token_prompt"]["prompts"])) == 1
@@ -151,8 +156,8 @@ BUGS = {
     "eos_anywhere": {"eos_in_prompt"},
     "eos_last_only": {"eos_at_slot_0", "eos_at_slot_1", "eos_at_slot_2"},
     "eos_in_drafts_only": {"eos_at_slot_3"},
-    "bonus_from_draft": {"none_accepted"},
-    "no_budget_clip": {"all_accepted", "k_zero_rounds", "per_request_budget"},
+    "bonus_from_draft": {"none_accepted", *RAGGED},  # the ragged vectors reject drafts too
+    "no_budget_clip": {"all_accepted", "k_zero_rounds", "per_request_budget", *RAGGED},
     "prefill_all_but_last": {"one_token_prompt"},
     "one_budget": {"per_request_budget"},
 }
@@ -245,7 +250,8 @@ def fault(name: str):
 def test_a_catalogue_fault_fails_its_class(vectors, name, cls):
     folder, _ = vectors
     failed = {n: r for n, r in check(folder, fault(name), sampled=False).items() if r}
-    assert list(failed) == [f"{cls}-{CLASS_FAMILY}"] and f"(class {cls}: " in failed[f"{cls}-{CLASS_FAMILY}"]
+    ragged = {f"{c}-{CLASS_FAMILY}" for c in RAGGED}  # their rejected drafts set off both faults too
+    assert set(failed) == {f"{cls}-{CLASS_FAMILY}"} | ragged and f"(class {cls}: " in failed[f"{cls}-{CLASS_FAMILY}"]
 
 
 # --- the command line

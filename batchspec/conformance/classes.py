@@ -5,8 +5,10 @@ a decoder that fails it typically does wrong; ``check`` prints both with the
 failure) and ``probe`` (where the vector sets the trap). The vectors run on
 one tiny family (:data:`CLASS_FAMILY`) with a self-draft, so that every draft
 is accepted and only the probed feature can go wrong, except
-``none_accepted`` (an unrelated draft) and the sampled classes of
-:mod:`.sampled` (a perturbed draft; the keyed uniforms in the vector).
+``none_accepted`` (an unrelated draft), the classes of :data:`RAGGED` (a
+perturbed draft: rows accept different counts, so every bug that acts on a
+rejected draft fails them too) and the sampled classes of :mod:`.sampled` (a
+perturbed draft; the keyed uniforms in the vector).
 Prompts come from a fixed, deterministic pool, chosen by what the target's batch-1 greedy decoding does
 with them; the expected outputs are computed as for the other vectors.
 """
@@ -44,7 +46,16 @@ HINTS = {
                           "returns rows too long or too short; the budgets are max_new_tokens_per_request, "
                           "passed to a Python decoder as a list in max_new_tokens",
     **sampled.HINTS,
+    "offset_whole_block": "a decoder that advances every row's cache offset (and positions) by the whole draft "
+                          "block, whatever the row accepted, keeps attending rejected drafts",
+    "bonus_duplicated": "a decoder that puts the bonus token again as the next round's first draft and counts it "
+                        "as accepted returns that token twice",
+    "positions_batch_max": "a decoder that counts every row's positions from the batch's largest acceptance feeds "
+                           "wrong positions once rows accept different counts (batch >= 2, k >= 2)",
 }
+#: Classes whose trap is rows that accept different counts in one round: a perturbed draft, so any
+#: decoder that goes wrong on a rejected draft fails them too.
+RAGGED = ("offset_whole_block", "bonus_duplicated", "positions_batch_max")
 CLASSES = tuple(HINTS)
 BUDGETS = [2, 12, 5, 9]  #: per_request_budget's budgets, one per prompt
 
@@ -126,6 +137,8 @@ def spec(cls: str, pool: Pool) -> dict:
     elif cls in sampled.SAMPLED:
         vector.update(max_new_tokens=8, draft=sampled.SAMPLED[cls][3], probe={"accepted": "some drafts, not all"},
                       **sampled.fields(cls, base, 8))
+    elif cls in RAGGED:
+        vector.update(draft="perturbed", probe={"accepted": "rows accept different counts in one round"})
     elif cls == "per_request_budget":
         vector.update(max_new_tokens=max(BUDGETS), max_new_tokens_per_request=BUDGETS,
                       probe={"budgets": BUDGETS})
