@@ -199,14 +199,15 @@ def plots(table_rows: list[dict], directory: str) -> list[str]:
     axes[0][0].legend(fontsize=7)
     save(fig, "time_split.png")
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, rs in series.items():
-        if rs[0]["method"] == "exspec":
+    exspec = {name: rs for name, rs in series.items() if rs[0]["method"] == "exspec"}
+    if exspec:  # no EXSPEC in the run: no empty plot
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, rs in exspec.items():
             ax.plot([r["batch"] for r in rs], [r["group_rate"] for r in rs], marker="o", label=name)
-    ax.set(xscale="log", xlabel="batch size", ylabel="rounds formed from one same-length group",
-           title="EXSPEC group rate", ylim=(0, 1))
-    ax.legend(fontsize=7)
-    save(fig, "exspec_group_rate.png")
+        ax.set(xscale="log", xlabel="batch size", ylabel="rounds formed from one same-length group",
+               title="EXSPEC group rate", ylim=(0, 1))
+        ax.legend(fontsize=7)
+        save(fig, "exspec_group_rate.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, rs in series.items():
