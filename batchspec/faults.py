@@ -10,7 +10,7 @@ invariant checks as :func:`batchspec.generate`::
     result.violations[0]   # I5 greedy_verification, at the first round with a rejection
 
 What catches each fault, and at which round, is asserted in
-``tests/test_faults.py``; the faults that only the semantic mode of I3 sees
+``tests/invariants/test_faults.py``; the faults that only the semantic mode of I3 sees
 are the reason that mode exists (Spec §3.3).
 """
 

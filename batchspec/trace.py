@@ -5,7 +5,7 @@ A trace is what the invariants saw after every step (the same
 what each round decided (Spec §4.7), as plain JSON data. :func:`record` taps
 the decoder's events on their way to :func:`batchspec.driver.drive`: it reads
 them and changes nothing, so a traced run commits the same tokens as an
-untraced one (``tests/test_trace.py`` asserts it).
+untraced one (``tests/api_cli/test_trace.py`` asserts it).
 
 Format (``batchspec-trace``, version 2; version 1 named ``layer0_sum``
 ``fingerprint``). One JSON object per line:

@@ -166,7 +166,7 @@ plt.show()
 # The method follows the `1/sqrt(n)` line; the four biased controls level off
 # at their bias. The shared stream converges too: it is right in
 # distribution, and only the batch-size test above (or I8, or
-# `tests/test_sampling_invariance.py`) can tell it apart.
+# `tests/sampling/test_sampling_invariance.py`) can tell it apart.
 #
 # ## What sampling costs in acceptance
 #

@@ -17,7 +17,7 @@
 # round. We check it, plant three real outsider bugs, and check transformers'
 # own assisted generation the same way. (Two more planted bugs, a bonus token
 # taken from the draft and a mask read off the token values, are in the tests:
-# `tests/test_correctness_invariants.py`.)
+# `tests/invariants/test_correctness_invariants.py`.)
 
 # %%
 import inspect

@@ -1,6 +1,6 @@
 """From a recorded trace to cells: what each picture draws, as plain data.
 
-Pure functions, no matplotlib: ``tests/test_viz.py`` checks this mapping
+Pure functions, no matplotlib: ``tests/docs/test_viz.py`` checks this mapping
 against the trace (the pictures in :mod:`batchspec.viz.draw` only colour it).
 Every function reads the step dicts of :mod:`batchspec.trace`.
 
