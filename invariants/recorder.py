@@ -55,7 +55,7 @@ from .memo import Memo
 from .observation import CacheView, ForwardCall, Observation
 from .registry import INVARIANTS
 from .violation import InvariantViolation
-from .window import window_call, window_chains, window_size
+from .window import one_window, window_call, window_chains
 
 
 class Watch:
@@ -216,8 +216,7 @@ class Watch:
             self.history.calls += 1
         keep = self.history.hashes
         chains = window_chains(self.history, narrow, hashes, w)
-        found = one_chain(chains)
-        found += [v for v in window_size(chains, counts, w) if v.row not in {f.row for f in found}]
+        found = one_window(chains, counts, w)
         chains.hashes = hashes
         if alone:
             self.history.remember(chains)

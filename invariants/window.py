@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import torch
 
+from .correctness import one_chain
 from .history import Chains, History
 from .observation import ForwardCall
 from .slots import AMBIGUOUS, WRITTEN
@@ -108,3 +109,12 @@ def window_size(chains: Chains, counts: torch.Tensor, w: int) -> list[Violation]
         out.append(Violation("C1", "one_chain", 0, "call", i, f"{should} slots", f"{got} slots", detail,
                              call.model, None, chains.number))
     return out
+
+
+def one_window(chains: Chains, counts: torch.Tensor, w: int) -> list[Violation]:
+    """C1 by the window rule (Spec §3.12.2): the window's attended elements are one
+    chain (:func:`one_chain` on the window's columns, ranks counted from the pinned
+    position), and every attended input sees a whole window (:func:`window_size`)."""
+    found = one_chain(chains)
+    rows = {v.row for v in found}
+    return found + [v for v in window_size(chains, counts, w) if v.row not in rows]
