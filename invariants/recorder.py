@@ -204,7 +204,9 @@ class Watch:
         """C2 and C3 (Spec §3.12.3, §3.12.4): check what the decoder returned against what the
         watched target calls chose. ``sequences[r]``: the tokens generated for
         ``prompts[r]``, without the prompt. Returns the violations found (and
-        raises at the first one under ``check="raise"``)."""
+        raises at the first one under ``check="raise"``). C2 judges greedy outputs
+        only: a sampled or beam-searched output is reported as tokens the target
+        did not choose (C1 holds for those decoders and is checked on every call)."""
         if len(prompts) != len(sequences):
             raise ValueError(f"outputs: {len(prompts)} prompts but {len(sequences)} sequences")
         start = time.perf_counter()
