@@ -73,7 +73,7 @@ def refuse_cache(cache, name: str) -> None:
     for i, layer in enumerate(getattr(cache, "layers", ())):
         if isinstance(layer, cache_utils.BaseQuantizedLayer):
             raise _refuse(name, f"a {type(layer).__name__} at layer {i}", "a quantized layer keeps its "
-                          "older keys/values quantized and only the newest in `keys`, so slots cannot be "
+                          "older keys/values quantized and only the newest as computed, so slots cannot be "
                           "read back exactly")
         if isinstance(layer, cache_utils.LinearAttentionCacheLayerMixin):
             raise _refuse(name, f"a {type(layer).__name__} at layer {i}", _WHY["linear_attention"])

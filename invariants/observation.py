@@ -108,7 +108,7 @@ class CacheView:
     def length_of(cache) -> int:
         """Slots ``T`` of a Hugging Face ``Cache`` (0 for ``None`` or an empty one): the
         tokens its first layer has seen, through the public per-layer API
-        (``get_seq_length``; a static cache is not iterable)."""
+        (:func:`~batchspec.invariants.hf_cache.seen`; a static cache is not iterable)."""
         return seen(cache)
 
     @classmethod

@@ -18,7 +18,11 @@ the call, the cache object and the logits. The hooks exist only inside the
 checked against C1 (:func:`~batchspec.invariants.correctness.one_chain`): its
 rows' attended slots, then inputs, are one chain at positions 0, 1, …, each
 slot holding what a call wrote for that token after that prefix (read back
-from the slot's content, Spec §3.12.1). ``w.outputs`` checks C2 (every
+from the slot's content, Spec §3.12.1); a model's sliding-window layers by C1's
+window rule (:mod:`~batchspec.invariants.window`). Caches are read through
+transformers' public per-layer API (:mod:`~batchspec.invariants.hf_cache`:
+dynamic and static layers, full or windowed; what cannot be read is refused
+by name before the call). ``w.outputs`` checks C2 (every
 returned token is the target's choice on exactly its prefix, traced back to
 the first wrong call) and C3 (stops at its own EOS or its budget). Any
 layout, padding, cache handling and call schedule; greedy decoders.
@@ -57,7 +61,7 @@ from .memo import Memo
 from .observation import CacheView, ForwardCall, Observation
 from .registry import INVARIANTS
 from .violation import InvariantViolation
-from .window import window_call, window_chains, window_size
+from .window import check_window, window_call, windows_before
 
 
 class Watch:
@@ -133,7 +137,8 @@ class Watch:
             refuse_cache(cache, name)  # before the call runs: one line naming the layer type and why
             t = CacheView.length_of(cache)
             ids = kwargs.get("input_ids", args[0] if args else None)
-            windows = self._windows_before(name, cache, t, 0 if ids is None else ids.shape[1])
+            windows = windows_before(self.history.hasher, self.kinds[name], cache, t,
+                                     0 if ids is None else ids.shape[1])
             self.check_seconds += time.perf_counter() - start
             if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
                 raise ValueError(f"watch: the {name} model ran with another cache object than the one "
@@ -141,21 +146,6 @@ class Watch:
                                  "replaces a cache")
             self._pending[name] = (cache, t, windows)
         return hook
-
-    def _windows_before(self, name: str, cache, t: int, n: int) -> list:
-        """Per window kind of ``name``'s layers: ``(W, layers, kv_offset, hashes)``, the
-        columns its inputs' windows reach, read before the call (a window layer
-        drops its oldest column as it writes)."""
-        out = []
-        for kind, layers in self.kinds[name].items():
-            if kind == "full":
-                continue
-            w = kind[1]
-            offset = int(cache.get_mask_sizes(n, layers[0])[1]) if cache is not None and t else 0
-            lo = max(t - w + 1, 0)
-            held = column_hashes(self.history.hasher, cache, layers, lo, t) if t else None
-            out.append((w, layers, offset, held))
-        return out
 
     def _after(self, model_name):
         def hook(module, args, kwargs, output):
@@ -198,36 +188,13 @@ class Watch:
                 chains = self.history.read(call, hashes)
                 found = one_chain(chains)
             for w, layers, offset, held in windows:
-                found += self._window(call, cache, raw, w, layers, offset, held, chains is None)
+                found += check_window(self.history, call, cache, raw, (w, layers, offset, held), chains is None)
             if chains is not None:
                 self.history.remember(chains)
         except Exception as error:  # noqa: BLE001 - a crash here is the checker's, and must say what it could not read
             what = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error} (a checker bug)"
             raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {what}") from error
         self._found(found)
-
-    def _window(self, call, cache, raw, w, layers, offset, held, alone: bool) -> list:
-        """C1 by the window rule on the layers of window ``w`` (Spec §3.12.2);
-        ``alone``: no full-attention layer, so these chains are the call's (C2)."""
-        if isinstance(raw, dict):
-            raw = raw.get("sliding_attention")
-        narrow, counts = window_call(call, raw, w, offset)
-        t = call.cache_length
-        written = column_hashes(self.history.hasher, cache, layers, t, t + call.input_ids.shape[1])
-        hashes = torch.cat([held if held is not None else written.new_zeros((written.shape[0], 0)), written], 1)
-        if alone:
-            self.history.calls += 1
-        keep = self.history.hashes
-        chains = window_chains(self.history, narrow, hashes, w)
-        found = one_chain(chains)
-        found += [v for v in window_size(chains, counts, w) if v.row not in {f.row for f in found}]
-        chains.hashes = hashes
-        if alone:
-            self.history.remember(chains)
-        else:
-            self.history.labels.write(chains)
-            self.history.hashes = keep
-        return found
 
     def _found(self, found: list, obs=None) -> None:
         for v in found:  # record mode: the earliest wrong call first (C1 names one before the call it checks)
@@ -241,7 +208,9 @@ class Watch:
         """C2 and C3 (Spec §3.12.3, §3.12.4): check what the decoder returned against what the
         watched target calls chose. ``sequences[r]``: the tokens generated for
         ``prompts[r]``, without the prompt. Returns the violations found (and
-        raises at the first one under ``check="raise"``)."""
+        raises at the first one under ``check="raise"``). C2 judges greedy outputs
+        only: a sampled or beam-searched output is reported as tokens the target
+        did not choose (C1 holds for those decoders and is checked on every call)."""
         if len(prompts) != len(sequences):
             raise ValueError(f"outputs: {len(prompts)} prompts but {len(sequences)} sequences")
         start = time.perf_counter()

@@ -22,6 +22,8 @@ from dataclasses import replace
 
 import torch
 
+from .correctness import one_chain
+from .hf_cache import column_hashes
 from .history import Chains, History
 from .observation import ForwardCall
 from .slots import AMBIGUOUS, WRITTEN
@@ -108,3 +110,54 @@ def window_size(chains: Chains, counts: torch.Tensor, w: int) -> list[Violation]
         out.append(Violation("C1", "one_chain", 0, "call", i, f"{should} slots", f"{got} slots", detail,
                              call.model, None, chains.number))
     return out
+
+
+def one_window(chains: Chains, counts: torch.Tensor, w: int) -> list[Violation]:
+    """C1 by the window rule (Spec §3.12.2): the window's attended elements are one
+    chain (:func:`one_chain` on the window's columns, ranks counted from the pinned
+    position), and every attended input sees a whole window (:func:`window_size`)."""
+    found = one_chain(chains)
+    rows = {v.row for v in found}
+    return found + [v for v in window_size(chains, counts, w) if v.row not in rows]
+
+
+def windows_before(hasher, kinds: dict, cache, t: int, n: int) -> list:
+    """Per window kind of a model's layers (``kinds``, from
+    :func:`~batchspec.invariants.hf_cache.kinds_of`): ``(W, layers, kv_offset, hashes)``,
+    the columns its inputs' windows reach, read *before* the call (a window
+    layer drops its oldest column as it writes)."""
+    out = []
+    for kind, layers in kinds.items():
+        if kind == "full":
+            continue
+        w = kind[1]
+        offset = int(cache.get_mask_sizes(n, layers[0])[1]) if cache is not None and t else 0
+        held = column_hashes(hasher, cache, layers, max(t - w + 1, 0), t) if t else None
+        out.append((w, layers, offset, held))
+    return out
+
+
+def check_window(history: History, call: ForwardCall, cache, raw, window: tuple, alone: bool) -> list[Violation]:
+    """C1 by the window rule on one window kind of the call's model (Spec §3.12.2).
+    ``window``: what :func:`windows_before` read; ``raw``: the attention mask as
+    passed; ``alone``: no full-attention layer, so these chains are the call's
+    (C2 keeps the target's choices under them)."""
+    w, layers, offset, held = window
+    if isinstance(raw, dict):  # transformers' per-kind masks (a static cache of a mixed model)
+        raw = raw.get("sliding_attention")
+    narrow, counts = window_call(call, raw, w, offset)
+    t = call.cache_length
+    written = column_hashes(history.hasher, cache, layers, t, t + call.input_ids.shape[1])
+    hashes = torch.cat([held if held is not None else written.new_zeros((written.shape[0], 0)), written], 1)
+    if alone:
+        history.calls += 1
+    keep = history.hashes
+    chains = window_chains(history, narrow, hashes, w)
+    found = one_window(chains, counts, w)
+    chains.hashes = hashes
+    if alone:
+        history.remember(chains)
+    else:
+        history.labels.write(chains)
+        history.hashes = keep
+    return found

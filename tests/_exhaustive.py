@@ -25,6 +25,10 @@ from batchspec.reference.eqspec import eqspec_round
 from batchspec.reference.state import RowOutput
 
 
+#: the windows C1's window rule is checked at on every call: shorter than the longest prompt (5)
+WINDOWS = (2, 3)
+
+
 class Failure(AssertionError):
     """One property failed on one pattern."""
 
@@ -164,6 +168,12 @@ class AbstractWalk:
             raise Failure(self.tree, path, obs.step, f"abstract invariants {broken} violated")
         if not self.spec["correct_calls"](obs, self.chosen):  # (b) implies (a), Spec §5.8
             raise Failure(self.tree, path, obs.step, "C1 violated on a state that keeps I1-I7")
+        for call in obs.calls:  # C1's window rule, for windows shorter than the longest prompt (Spec §3.12.2)
+            rows = self.spec["attended_rows"](call, obs.batch.caches)
+            for w in WINDOWS:
+                if not self.spec["one_window"](call, rows, w):
+                    raise Failure(self.tree, path, obs.step, f"C1's window rule (W = {w}) violated on a state "
+                                                             "that keeps I1-I7")
         if not self.spec["tight"](obs.batch):
             raise Failure(self.tree, path, obs.step, "grid not tight (Spec §5.1.1)")
         self.tally.states += 1

@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
+from _spec_helpers import spec_namespace  # noqa: E402
 from _window_models import WINDOW, build, guess_and_check  # noqa: E402
 
 from batchspec.invariants import InvariantViolation, watch  # noqa: E402
@@ -121,3 +122,17 @@ def test_a_4d_mask_that_is_no_window_is_refused():
     assert window_call(call, ok, WINDOW, 8 - WINDOW + 1)[1].tolist() == [[WINDOW, WINDOW]]
     with pytest.raises(ValueError, match="not a padding mask made causal within a window"):
         window_call(call, torch.ones(1, 1, 2, WINDOW + 1, dtype=torch.bool), WINDOW, 8 - WINDOW + 1)
+
+
+def test_the_abstract_window_rule_holds_on_a_window_and_fires_on_a_hole_or_a_short_window():
+    """Spec §3.12.2's ``one_window``, on the abstract model: windows of 2 and 3 over a chain of 3."""
+    spec = spec_namespace()
+    call, one_window = spec["ForwardCall"], spec["one_window"]
+    rows = [[((5, 0),), ((5, 0), (7, 1)), ((5, 0), (7, 1), (8, 2))]]
+    assert one_window(call("target", [[9]], [[1, 1, 1, 1]], [[3]], 3, [[1]]), rows, 2)
+    assert spec["one_chain"](call("target", [[9]], [[1, 1, 0, 1]], [[2]], 3, [[1]]), rows[:1], {})  # full: a hole
+    assert not one_window(call("target", [[9]], [[1, 1, 0, 1]], [[2]], 3, [[1]]), rows, 2)  # window: a token short
+    assert not one_window(call("target", [[9]], [[1, 1, 1, 1]], [[4]], 3, [[1]]), rows, 2)  # a position skipped
+    stale = [[((5, 0),), ((5, 0), (7, 1)), ((6, 0), (7, 1), (8, 2))]]  # the newest slot after another prefix
+    assert one_window(call("target", [[9]], [[1, 1, 1, 1]], [[3]], 3, [[1]]), rows, 3)
+    assert not one_window(call("target", [[9]], [[1, 1, 1, 1]], [[3]], 3, [[1]]), stale, 3)

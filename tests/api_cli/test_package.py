@@ -36,7 +36,8 @@ def test_cache_api_is_touched_in_one_module_only():
     """Only reference/storage.py may name transformers' cache classes or reach into
     their layers, and only reference/model_call.py may call a model with one (model
     wrappers may pass a cache object through unchanged): the moves and EXSPEC's rows
-    work on the storage's Store."""
+    work on the storage's Store. The checker, which must read any decoder's caches, reads
+    them through transformers' public per-layer API in invariants/hf_cache.py alone."""
     needles = ("DynamicCache", "past_key_values", ".crop(", "cache.layers", "get_seq_length", "cache_utils")
     offenders = []
     for folder in ("batchspec", "reference", "invariants"):
@@ -44,6 +45,8 @@ def test_cache_api_is_touched_in_one_module_only():
             if path.name in ("storage.py", "model_call.py") and path.parent.name == "reference":
                 continue
             if path.parent.name == "examples":  # decoders written as outsiders would, on stock caches
+                continue
+            if path.name == "hf_cache.py" and path.parent.name == "invariants":
                 continue
             text = path.read_text()
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in needles if n in text]
