@@ -109,7 +109,7 @@ def _kernel_environment() -> None:
     """What the kernels inherit: one thread per kernel (the models are small and
     CI's cores are shared, so more threads only contend). Nothing is silenced:
     a warning a reader running the notebook would see is fixed where it arises
-    (tests/test_docs_artefacts.py fails on one)."""
+    (tests/docs/test_docs_artefacts.py fails on one)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

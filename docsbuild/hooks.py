@@ -27,7 +27,7 @@ import tempfile
 from html import unescape
 from pathlib import Path
 
-import home_picture  # docsbuild/: on sys.path while mkdocs loads this hook, and in tests/test_docs_api.py
+import home_picture  # docsbuild/: on sys.path while mkdocs loads this hook, and in tests/docs/test_docs_api.py
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS_MARKER = "<!-- batchspec:methods -->"

@@ -6,15 +6,12 @@ correct run of the same decoder), and what ``watch`` reported (Spec §3.12)."""
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-import _bug_decoders as decoders  # noqa: E402
-from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
-from test_correctness_invariants import first_divergence  # noqa: E402
+import _bug_decoders as decoders
+from _broken_helpers import K, N, WITH_PAD_ID, pair, reference
+from _call_diff import first_divergence
 
-from batchspec.invariants import InvariantViolation, watch  # noqa: E402
+from batchspec.invariants import InvariantViolation, watch
 
 #: bug -> (what its first violation must say, what it must not say): the cause in the decoder's terms
 CAUSES = {

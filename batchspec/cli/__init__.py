@@ -22,7 +22,7 @@ import sys
 from .errors import UsageError
 
 #: the commands, in the order ``--help`` lists them, with the line it shows for each
-#: (a command's module registers the same line: tests/test_cli_errors.py keeps them equal)
+#: (a command's module registers the same line: tests/api_cli/test_cli_errors.py keeps them equal)
 COMMANDS = {
     "demo": "EQSPEC against the autoregressive baseline, every invariant checked after every step",
     "compare": "methods x batch sizes on a model pair (paper Table 1)",

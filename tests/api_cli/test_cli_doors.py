@@ -17,7 +17,7 @@ import pytest
 
 from batchspec.cli import COMMANDS, main, parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers")
 
 LOADED_AFTER = """

@@ -19,7 +19,7 @@ from batchspec.cli import main as cli
 from batchspec.conformance import export
 from batchspec.invariants import watch
 
-FOLDER = Path(__file__).resolve().parent.parent / "batchspec" / "batchspec_generate"
+FOLDER = Path(__file__).resolve().parents[2] / "batchspec" / "batchspec_generate"
 
 
 def left_padded(prompts):
@@ -47,7 +47,7 @@ def test_watch_stays_silent_on_the_custom_generate_path(pairs):
 
 def test_the_conformance_vectors_pass_through_transformers_generate(tmp_path, capsys):
     names = export(tmp_path, families=("llama",), classes=())
-    command = f"{sys.executable} {Path(__file__).parent / '_hf_conformance_command.py'}"
+    command = f"{sys.executable} {Path(__file__).parents[1] / '_hf_conformance_command.py'}"
     assert cli(["conformance", "check", str(tmp_path), "--command", command]) == 0
     out = capsys.readouterr().out
     assert all(f"PASS {name}" in out for name in names) and len(names) == 2

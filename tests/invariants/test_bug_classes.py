@@ -14,15 +14,12 @@ wrong call this suite's own diff hook finds, with its cause (Spec §3.12.2).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-import _bug_decoders as decoders  # noqa: E402
-from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
-from _catch import check_catch, recorded, runner  # noqa: E402
+import _bug_decoders as decoders
+from _broken_helpers import K, N, WITH_PAD_ID, pair, reference
+from _catch import check_catch, recorded, runner
 
 CLASSES = ("offset_block", "zeroed", "bonus_dup", "zero_drafts", "batch_max")
 

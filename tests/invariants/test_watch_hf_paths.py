@@ -10,16 +10,13 @@ search are not greedy: C1 is still checked on their every call, and is silent.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-from _window_models import ARCHITECTURES, build, pair  # noqa: E402
+from _window_models import ARCHITECTURES, build, pair
 
-from batchspec.invariants import watch  # noqa: E402
+from batchspec.invariants import watch
 
 N = 10
 #: every value of ``cache_implementation`` transformers 5.24 accepts on CPU ("offloaded" and

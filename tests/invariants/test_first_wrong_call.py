@@ -12,15 +12,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-import _bug_decoders as decoders  # noqa: E402
-from _broken_helpers import K, N, WITH_PAD_ID, pair, reference  # noqa: E402
-from _catch import check_catch, every_other, recorded  # noqa: E402
+import _bug_decoders as decoders
+from _broken_helpers import K, N, WITH_PAD_ID, pair, reference
+from _catch import check_catch, every_other, recorded
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama", "gpt2"])

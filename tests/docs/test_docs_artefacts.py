@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 WARNING = re.compile(r"\b[A-Z]\w*Warning\b|\bwarnings\.warn\b|IProgress not found")
 LOCALHOST = re.compile(r"""href=["']https?://(?:localhost|127\.0\.0\.1|0\.0\.0\.0)\b""")
@@ -99,13 +99,13 @@ def test_noise_is_found_in_a_planted_notebook():
 
 @pytest.fixture(scope="module")
 def executed() -> dict:
-    """The executed tutorials (tutorials/harness.py, shared with the docs build and
+    """The executed tutorials (docsbuild/harness.py, shared with the docs build and
     test_tutorials.py) and the committed real-pair notebooks."""
     import importlib.util
 
     import nbformat
 
-    spec = importlib.util.spec_from_file_location("tutorial_harness", ROOT / "tutorials" / "harness.py")
+    spec = importlib.util.spec_from_file_location("tutorial_harness", ROOT / "docsbuild" / "harness.py")
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)
     harness.ensure_executed()
@@ -205,7 +205,7 @@ def paths_as_code(text: str) -> list[str]:
 
 def test_a_path_written_as_code_is_found():
     text = ("See `docs/faq.md` and `spec/03-invariants.md`, or [`docs/quickstart.md`](docs/quickstart.md);\n"
-            "`docs/tutorials/*.ipynb` is a glob and `tests/test_cli.py` has no page.\n"
+            "`docs/tutorials/*.ipynb` is a glob and `tests/api_cli/test_cli.py` has no page.\n"
             "```bash\ncat docs/faq.md `docs/errors.md`\n```\n")
     assert paths_as_code(text) == ["docs/faq.md", "spec/03-invariants.md"]
 

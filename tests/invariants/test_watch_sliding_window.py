@@ -13,20 +13,17 @@ clean.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import DynamicCache, StaticCache
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-from _spec_helpers import spec_namespace  # noqa: E402
-from _window_models import WINDOW, build, guess_and_check  # noqa: E402
+from _spec_helpers import spec_namespace
+from _window_models import WINDOW, build, guess_and_check
 
-from batchspec.invariants import InvariantViolation, watch  # noqa: E402
-from batchspec.invariants.window import window_call  # noqa: E402
-from batchspec.invariants.observation import ForwardCall  # noqa: E402
+from batchspec.invariants import InvariantViolation, watch
+from batchspec.invariants.window import window_call
+from batchspec.invariants.observation import ForwardCall
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]  # longer than the window
 STEPS = 8

@@ -9,18 +9,15 @@ the first call that attends it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import StaticCache
 
-sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: helpers by path
-from _window_models import build, guess_and_check  # noqa: E402
+from _window_models import build, guess_and_check
 
-from batchspec.invariants import InvariantViolation, watch  # noqa: E402
-from batchspec.invariants.slots import Hasher  # noqa: E402
+from batchspec.invariants import InvariantViolation, watch
+from batchspec.invariants.slots import Hasher
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
 STEPS = 8
