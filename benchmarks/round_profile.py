@@ -24,6 +24,7 @@ import torch
 
 import batchspec
 from batchspec.bench import peers
+from batchspec.models.prompts import default_prompts, text_prompts
 from batchspec.models.registry import load_pair
 from batchspec.reference.draft_policy import Confident
 
@@ -101,10 +102,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target, draft, tokenizer = load_pair(args.pair, dtype=torch.float32)
-    from batchspec.cli.pairs import default_prompts, eos_token_id
-
-    prompts = default_prompts(args.prompts, 0)
-    eos = eos_token_id(args.pair, target, tokenizer)
+    if args.pair == "default":  # the byte pair has no EOS
+        prompts, eos = default_prompts(args.prompts, 0), None
+    else:
+        prompts, eos = text_prompts(tokenizer, args.prompts, 0), getattr(tokenizer, "eos_token_id", None)
     runs = {"eqspec confident": [], "hf assisted": []}
     with torch.no_grad():
         for n in range(args.repeats + 1):  # the first pass warms up, untimed
