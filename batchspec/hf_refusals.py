@@ -17,6 +17,7 @@ from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWa
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 
 from .reference.draft_policy import Confident
+from .reference.storage import cache_length
 
 #: Logits processors transformers builds from a generation-config field, by class name -> that field.
 PROCESSOR_FIELDS = {
@@ -117,7 +118,7 @@ def _check_model_kwargs(model_kwargs) -> None:
         if key not in PREPARED and value is not None:
             refuse(key, "batchspec passes the model input_ids and attention_mask only; drop it")
     cache = model_kwargs.get("cache")
-    if cache is not None and cache.get_seq_length() > 0:
+    if cache is not None and cache_length(cache) > 0:
         refuse("past_key_values", "batchspec decodes from the prompt with its own cache; drop it")
     mask, positions = model_kwargs.get("attention_mask"), model_kwargs.get("position_ids")
     if positions is not None:  # those generate derives from the mask, compared on the prompt's slots

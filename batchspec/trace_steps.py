@@ -148,6 +148,4 @@ def _decision(record, verify: dict | None, after: dict | None) -> dict:
             "leaving": [r for r in record.requests if r not in pad_after], "width": record.width,
             "realigned": bool(record.realigned), "wasted": plain(getattr(record, "wasted", None)),
             "grouped": getattr(record, "grouped", None), "waiting": plain(getattr(record, "waiting", None)),
-            # the former name of "appended", read by tutorial 02 alone: it goes when that tutorial's
-            # real-pair page (docs/real-pair/) is executed again; elsewhere "committed" means tokens
-            "committed": a}
+            "committed": a}  # former name of "appended", for tutorial 02 until its real-pair page is re-run

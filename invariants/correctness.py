@@ -63,7 +63,11 @@ def one_chain(chains: Chains) -> list[Violation]:
     produced from other prefixes (``BLIND``) or other tokens (``AMBIGUOUS``)
     is let through on less (the position, or nothing).
     """
-    rejected = _rejected(chains) if chains.call.model == "target" else []
+    # the third clause reads whole chains: on a window layer the chain starts inside the window,
+    # so it is checked on full-attention layers only (a mixed model's full layers carry it)
+    # and only when the decoder is greedy (watch(greedy=False): a sampled token is not the argmax)
+    greedy = chains.history.stream.greedy
+    rejected = _rejected(chains) if chains.call.model == "target" and greedy and not chains.window else []
     return rejected + [v for v in _chain(chains) if v.row not in {r.row for r in rejected}]
 
 

@@ -105,16 +105,20 @@ class Watch:
 
 
 @contextmanager
-def watch(target, draft=None, check: str = "raise", oracle=None, registry=INVARIANTS, structural=False):
+def watch(target, draft=None, check: str = "raise", oracle=None, registry=INVARIANTS, structural=False,
+          greedy: bool = True):
     """Record and check every forward call ``target`` and ``draft`` make inside
     the block (Spec §3.9). ``check``: ``"raise"`` (raise
     :class:`InvariantViolation` from the offending call) or ``"record"``
     (collect in ``w.violations``). ``oracle`` switches on semantic I3
     (:func:`batchspec.oracle.hf_oracle`); ``registry`` selects the invariant
     set (e.g. :data:`~batchspec.invariants.holes.HOLE_AWARE`); ``structural``
-    turns the ledger checks I6/I7 off. Yields the :class:`Watch`."""
+    turns the ledger checks I6/I7 off. ``greedy=False`` says the decoder samples
+    or searches beams: C1's third clause, which reads the target's greedy
+    choices, is then off (C2 judges greedy outputs only). Yields the :class:`Watch`."""
     models = {"target": target} if draft is None else {"target": target, "draft": draft}
     w = Watch(models, check, oracle, registry, structural)
+    w.history.stream.greedy = bool(greedy)
     w.correctness.attach()
     try:
         yield w

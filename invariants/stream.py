@@ -36,6 +36,7 @@ import torch
 class Stream:
     """The per-node memo of C1's third clause (Spec §3.12.2)."""
 
+    greedy: bool = True  # False: the decoder samples or searches beams, and the clause (greedy choices) is off
     eos: frozenset = frozenset()  # the target's EOS ids: grounding stops at one
     pad: frozenset = frozenset()  # the target's pad ids (for messages: a mask derived from token values)
     grounded: set = field(default_factory=set)

@@ -1,7 +1,10 @@
 """The decoders a user already has, run the way a user would run them:
 transformers' batched greedy ``generate`` (left-padded), its assisted
-generation (batch 1 only: it refuses larger batches) and its continuous
-batching (``generate_batch``). Outputs come back as lists of new token ids,
+generation (batch 1 only: it refuses larger batches), its continuous
+batching (``generate_batch``), and the same ``generate`` call with batchspec's
+``custom_generate`` folder (``custom_generate``: what an HF user types to get
+EQSPEC at any batch size, so that the adapter's cost shows beside
+``batchspec.generate``). Outputs come back as lists of new token ids,
 cut after the first EOS, to be checked against the batch-1 reference."""
 
 from __future__ import annotations
@@ -22,9 +25,35 @@ def hf_generate(target, prompts: list[list[int]], batch_size: int, max_new_token
     """``target.generate`` on successive left-padded batches of ``batch_size``."""
     out = []
     for first in range(0, len(prompts), batch_size):
-        tokens, pad, _ = left_pad(prompts[first:first + batch_size], target.device)
-        mask = (torch.arange(tokens.shape[1], device=target.device)[None, :] >= pad[:, None]).long()
+        tokens, mask = _left_padded(prompts[first:first + batch_size], target.device)
         result = target.generate(input_ids=tokens, attention_mask=mask, **_greedy_kwargs(max_new_tokens, eos))
+        out += [cut_at_eos(row[tokens.shape[1]:].tolist(), eos) for row in result]
+    return out
+
+
+def _left_padded(prompts: list[list[int]], device):
+    """A tokenizer's left-padded batch: ``(input_ids, attention_mask)``, each ``[B, L]``."""
+    tokens, pad, _ = left_pad(prompts, device)
+    return tokens, (torch.arange(tokens.shape[1], device=device)[None, :] >= pad[:, None]).long()
+
+
+@torch.no_grad()
+def hf_custom(target, draft, prompts: list[list[int]], batch_size: int, max_new_tokens: int, eos,
+              policy) -> list[list[int]]:
+    """``target.generate(**enc, assistant_model=draft, custom_generate=batchspec.hf.HUB,
+    trust_remote_code=True)`` on successive left-padded batches of ``batch_size``,
+    the draft policy given as transformers' assisted-generation settings: ``k_max``
+    as ``num_assistant_tokens`` and a confident policy's ``threshold`` as
+    ``assistant_confidence_threshold`` (0, a fixed ``k``)."""
+    from ..hf import HUB
+
+    settings = dict(num_assistant_tokens=policy.k_max, num_assistant_tokens_schedule="constant",
+                    assistant_confidence_threshold=float(getattr(policy, "threshold", 0.0)))
+    out = []
+    for first in range(0, len(prompts), batch_size):
+        tokens, mask = _left_padded(prompts[first:first + batch_size], target.device)
+        result = target.generate(input_ids=tokens, attention_mask=mask, assistant_model=draft, custom_generate=HUB,
+                                 trust_remote_code=True, **settings, **_greedy_kwargs(max_new_tokens, eos))
         out += [cut_at_eos(row[tokens.shape[1]:].tolist(), eos) for row in result]
     return out
 

@@ -26,8 +26,10 @@ from .timing import Timing, timed
 
 #: our methods; peers are transformers' own decoders
 OURS = ("autoregressive", "eqspec", "exspec")
-PEERS = ("generate", "assisted", "generate_batch")
-SPECULATIVE = ("eqspec", "exspec", "assisted")
+PEERS = ("generate", "assisted", "generate_batch", "custom_generate")
+SPECULATIVE = ("eqspec", "exspec", "assisted", "custom_generate")
+#: methods that take a draft policy (custom_generate: batchspec's EQSPEC behind transformers' generate)
+POLICED = ("eqspec", "exspec", "custom_generate")
 
 
 @dataclass(frozen=True)
@@ -81,14 +83,18 @@ def label(policy: DraftPolicy) -> int | str:
 def grid(methods, batches, ks) -> list[Case]:
     """Every case: speculative methods at each ``k`` (ints, names or policies,
     each converted once and its object shared by its cases); assisted only
-    at batch 1 (transformers refuses larger batches)."""
+    at batch 1 (transformers refuses larger batches); ``custom_generate``
+    without ``auto`` (transformers' settings name no calibrated policy: it
+    would calibrate inside every timed call)."""
     policies = [as_policy(k) for k in ks]
     out = []
     for b in batches:
         for m in methods:
             if m == "assisted" and b != 1:
                 continue
-            for p in (policies if m in ("eqspec", "exspec") else [None]):
+            for p in (policies if m in POLICED else [None]):
+                if m == "custom_generate" and str(p) == "auto":
+                    continue
                 out.append(Case(m, b, None if p is None else label(p), p))
     return out
 
@@ -127,6 +133,8 @@ def _decode(pair, case: Case, prompts, max_new_tokens: int):
         return peers.hf_generate(target, prompts, case.batch, max_new_tokens, eos), None
     if case.method == "assisted":
         return peers.hf_assisted(target, draft, prompts, max_new_tokens, eos), None
+    if case.method == "custom_generate":
+        return peers.hf_custom(target, draft, prompts, case.batch, max_new_tokens, eos, case.policy), None
     if case.method == "generate_batch":
         return peers.hf_continuous(target, prompts, max_new_tokens, eos), None
     result = batchspec.generate(target, draft, prompts, method=case.method, num_draft_tokens=case.policy or case.k or 1,

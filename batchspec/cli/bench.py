@@ -23,7 +23,7 @@ import sys
 import torch
 
 from ..bench import report, steadiness
-from ..bench.run import OURS, PEERS, Plan, run
+from ..bench.run import OURS, PEERS, SPECULATIVE, Plan, run
 from .common import (add_pair_arguments, draft_length, int_list, load_pair, nonnegative_int, policy_words,
                      positive_int, progress)
 from .errors import UsageError
@@ -111,7 +111,7 @@ def main(args) -> int:
 
     logging.set_verbosity_error()  # generate()'s advice on its own arguments would bury the table
     pair = load_pair(args)
-    if pair.draft is None and any(m in ("eqspec", "exspec", "assisted") for m in methods):
+    if pair.draft is None and any(m in SPECULATIVE for m in methods):
         raise UsageError(f"--pair {args.pair} has no draft model")
     plan = Plan(methods, sorted(set(args.batch_sizes)), ks, args.max_new_tokens, args.repeats,
                 prompts_per_batch=args.prompts_per_batch, seed=args.seed, memory=not args.no_memory,

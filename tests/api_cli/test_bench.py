@@ -313,3 +313,22 @@ def test_the_table_has_a_legend_and_help_explains_the_columns(capsys):
     out = capsys.readouterr().out
     assert code == 0 and "verdict uses process CPU time" in out
     assert all(head in out for _, head, _, _ in COLUMNS)
+
+
+def test_custom_generate_is_a_bench_method_exact_beside_eqspec_and_never_auto(capsys):
+    """The path an HF user types (generate with batchspec's custom_generate folder) runs
+    in the same interleaved passes as batchspec.generate, exact, at every k but auto
+    (whose calibration would then fall inside a timed call)."""
+    code = main(["bench", "--pair", "tiny-llama", "--batch-sizes", "1,3", "--methods", "generate,eqspec,custom_generate",
+                 "-k", "2,auto,confident", "--max-new-tokens", "6", "--repeats", "1", "--no-memory", "--json", "-"])
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert code == 0
+    got = {(r["method"], r["batch"], r["k"]) for r in rows}
+    assert {("custom_generate", b, k) for b in (1, 3) for k in (2, "confident")} <= got
+    assert not {(m, b, k) for m, b, k in got if m == "custom_generate" and k == "auto"}
+    assert ("eqspec", 3, "auto") in got
+    for r in rows:
+        assert r["exact"] == f"{r['prompts']}/{r['prompts']}"
+    custom = {(r["batch"], r["k"]): r["target_calls"] for r in rows if r["method"] == "custom_generate"}
+    ours = {(r["batch"], r["k"]): r["target_calls"] for r in rows if r["method"] == "eqspec"}
+    assert custom and all(custom[key] == ours[key] for key in custom)  # the same target calls behind the adapter

@@ -49,5 +49,7 @@ def test_cache_api_is_touched_in_one_module_only():
             if path.name == "hf_cache.py" and path.parent.name == "invariants":
                 continue
             text = path.read_text()
+            if path.name == "hf_refusals.py":  # it names the generate argument it refuses, and reads no cache
+                text = text.replace('refuse("past_key_values",', "")
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in needles if n in text]
     assert offenders == []

@@ -16,7 +16,7 @@ import torch
 
 from _window_models import ARCHITECTURES, build, pair
 
-from batchspec.invariants import watch
+from batchspec.invariants import InvariantViolation, watch
 
 N = 10
 #: every value of ``cache_implementation`` transformers 5.24 accepts on CPU ("offloaded" and
@@ -100,10 +100,21 @@ def test_self_drafting_generation_is_exact_and_silent(name, how):
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma3"])
 def test_sampling_and_beam_search_keep_one_chain(name):
-    """Not greedy, so C2 does not apply; C1 holds on every call and is checked."""
+    """Not greedy, so C2 and C1's third clause (the target's greedy choices) do not
+    apply; C1's chain holds on every call and is checked."""
     model = build(name)
     torch.manual_seed(0)
-    with watch(target=model) as w:
+    with watch(target=model, greedy=False) as w:
         generate(model, PROMPTS, do_sample=True, temperature=1.0)
         generate(model, PROMPTS, do_sample=False, num_beams=2)
     assert w.violations == [] and w.calls >= 4
+
+
+def test_sampling_under_a_greedy_watch_is_flagged_as_off_the_greedy_stream():
+    """The other side: told the decoder is greedy, watch flags a sampled token the
+    target did not choose as soon as a target call attends it from its cache."""
+    model = build("llama")
+    torch.manual_seed(0)
+    with pytest.raises(InvariantViolation, match="on a stream the target rejected"):
+        with watch(target=model):
+            generate(model, PROMPTS, do_sample=True, temperature=1.0)
