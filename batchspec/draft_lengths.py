@@ -18,7 +18,8 @@ from typing import Callable
 import torch
 
 from .driver import clock
-from .reference.draft_policy import AUTO_MAX_K, Costs, DraftPolicy, Fixed
+from .reference.draft_costs import AUTO_MAX_K, Costs
+from .reference.draft_policy import DraftPolicy, Fixed
 from .reference.model_call import run_forward
 from .reference.moves import crop_to
 from .reference.state import attention_mask, content_index

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from ._util import on
-from .history import Chains
+from .chains import Chains
 from .outputs import stops_where_it_should, target_choices
 from .slots import AMBIGUOUS, BLIND, PADDING, UNWRITTEN, WRITTEN
 from .violation import Violation

@@ -1,4 +1,4 @@
-"""What the correctness checker remembers across calls, and one call read as chains (Spec §3.12).
+"""What the correctness checker remembers across calls, and how it reads a call (Spec §3.12).
 
 :class:`History` is owned by one ``watch`` (never module state). It holds:
 
@@ -13,10 +13,10 @@
 * ``carried``: per model, the hashes and labels of its cache after its last
   call, so that a call whose cached slots are unchanged needs no look-up.
 
-:func:`read` turns one :class:`~batchspec.invariants.observation.ForwardCall`
-plus the cache it ran with into :class:`Chains`: per row, every attended slot
-and input as an element of one chain, with what its label says and the hash
-of the chain before it.
+:meth:`History.read` turns one :class:`~batchspec.invariants.observation.ForwardCall`
+plus the cache it ran with into :class:`~batchspec.invariants.chains.Chains`:
+per row, every attended slot and input as an element of one chain, with what
+its label says and the hash of the chain before it.
 """
 
 from __future__ import annotations
@@ -26,96 +26,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ._util import on
+from .chains import UNREAD, DEPTH, Chains, Moved, Prefix
 from .observation import ForwardCall
-from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
+from .slots import UNWRITTEN, Hasher, LabelTable
 from .stream import Stream
-
-
-_UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
-#: At most this many lazy contexts in a row: building one reads the one before, recursively.
-DEPTH = 32
-
-
-@dataclass
-class Chains:
-    """One forward call, each row read as a chain (Spec §3.12.2). Tensors are
-    ``[B, T + n]`` (the ``T`` cached slots, then the ``n`` inputs) unless noted."""
-
-    number: int  # the call's number in the run, from 1
-    call: ForwardCall
-    attended: torch.Tensor  # bool: the mask attends the slot / input
-    rank: torch.Tensor  # index in the row's chain of each attended element (cumsum - 1)
-    token: torch.Tensor  # cached slots: the label's token (-1 unwritten); inputs: the ids fed
-    before: torch.Tensor  # hash of the row's chain before this element (its attended predecessors)
-    node: torch.Tensor  # hash of the row's chain up to and including this element
-    history: "History"  # to look up what an unattended slot holds, when a violation is explained
-    #: cached slots already checked as the previous call's chain (0: none)
-    checked: int = 0
-    #: [B, T + n] every slot's content hash, set once the call's writes are labelled
-    hashes: torch.Tensor | None = None
-    _context: torch.Tensor | None = None  # [B, T, 4], or taken from ``_source`` when first read
-    #: where the context labels come from when first read: (the previous call's Chains, T), its first T
-    #: slots; or (Chains, slot, at, attended, rows), its chain elements by rank (History._moved)
-    _source: tuple | None = None
-    _labels: torch.Tensor | None = None
-    #: the window ``W`` of the layers read (Spec §3.12.2's window rule), 0 for full attention:
-    #: ranks are then positions, not indices into the call's columns
-    window: int = 0
-    _rejected: torch.Tensor | None = None  # [B, T] attended slots on a rejected stream (stream.Stream.attended)
-    #: calls since the last one whose context labels were built: each lazy context reads the
-    #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
-    depth: int = 0
-
-    @property
-    def cached(self) -> int:
-        """``T``: slots the cache held before the call."""
-        return self.call.cache_length
-
-    @property
-    def context(self) -> torch.Tensor:
-        """``[B, T, 4]`` the labels of the cached slots: token, position, prefix hash, flag."""
-        if self._context is None:
-            if len(self._source) == 2:  # the first T slots of the previous call's
-                source, t = self._source
-                self._context = source.labels()[:, :t]
-            else:  # the previous call's chain elements, by rank, of the row each row continues (History._moved)
-                source, slot, at, att, rows = self._source
-                every = source.labels()
-                b, width = slot.shape
-                labels = every.new_full((b, width + 1, 4), -1).scatter(1, slot[..., None].expand(-1, -1, 4), every)
-                labels = labels[rows]
-                self._context = torch.where(att[..., None], labels.gather(1, at[..., None].expand(-1, -1, 4)),
-                                            _UNREAD.to(every))
-            self._source, self.depth = None, 0  # built: the previous call's Chains need not live on
-        return self._context
-
-    def written(self) -> torch.Tensor:
-        """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what."""
-        t, call = self.cached, self.call
-        fed = self.attended[:, t:]
-        return torch.stack([call.input_ids, call.position_ids.to(call.input_ids), self.before[:, t:],
-                            PADDING - fed.long() * (PADDING - WRITTEN)], -1)
-
-    def labels(self) -> torch.Tensor:
-        """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed)."""
-        if self._labels is None:
-            self._labels = torch.cat([self.context, self.written()], 1)
-        return self._labels
-
-    @property
-    def position(self) -> torch.Tensor:
-        """Cached slots: the label's position; inputs: the positions fed."""
-        return torch.cat([self.context[..., 1], self.call.position_ids.to(self.token)], 1)
-
-    @property
-    def flag(self) -> torch.Tensor:
-        """Cached slots: the label's flag (``slots.WRITTEN``, ...); inputs: ``WRITTEN``."""
-        return torch.cat([self.context[..., 3], torch.full_like(self.call.input_ids, WRITTEN).to(self.token)], 1)
-
-    def stream(self, row: int, upto: int) -> list[int]:
-        """The tokens of ``row``'s chain before element ``upto`` (for messages)."""
-        keep = self.attended[row, :upto]
-        return self.token[row, :upto][keep].tolist()
 
 
 @dataclass
@@ -219,7 +133,7 @@ class History:
         contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
-                      _source=(before, slot, at, att, rows), depth=self._bounded(before))
+                      source=Moved(before, slot, at, att, rows), depth=self._bounded(before))
 
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
@@ -252,7 +166,7 @@ class History:
         node = torch.cat([before.node[:, :t], node_in], 1)
         return Chains(self.calls, call, attended, rank, torch.cat([before.token[:, :t], ids], 1),
                       torch.cat([before.before[:, :t], node_in - contrib], 1), node, self, checked=t,
-                      _source=(before, t), depth=self._bounded(before))
+                      source=Prefix(before, t), depth=self._bounded(before))
 
     @staticmethod
     def _bounded(before: Chains) -> int:
@@ -274,7 +188,7 @@ class History:
         carried = self.carried.get(model)
         b, t = hashes.shape
         if carried is None:
-            label = _UNREAD.to(hashes.device).expand(b, t, 4).clone()
+            label = UNREAD.to(hashes.device).expand(b, t, 4).clone()
         else:  # find each slot's content among what this model's cache held after its last call
             held, labels = carried.hashes.flatten(), carried.labels().reshape(-1, 4)
             first = (labels[:, 3] == UNWRITTEN).to(torch.uint8).argsort(stable=True)  # labelled copies first
@@ -282,7 +196,7 @@ class History:
             ordered, order = held.sort(stable=True)
             at = torch.searchsorted(ordered, hashes.contiguous()).clamp(max=held.numel() - 1)  # [B, T]
             label = labels[order[at]]
-            label[ordered[at] != hashes] = _UNREAD.to(label.device)
+            label[ordered[at] != hashes] = UNREAD.to(label.device)
         missing = attended & (label[..., 3] == UNWRITTEN)  # attended, and not carried or never read
         if bool(missing.any()):
             label = label.clone()

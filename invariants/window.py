@@ -22,9 +22,10 @@ from dataclasses import replace
 
 import torch
 
+from .chains import Chains
 from .correctness import one_chain
 from .hf_cache import column_hashes
-from .history import Chains, History
+from .history import History
 from .observation import ForwardCall
 from .slots import AMBIGUOUS, WRITTEN
 from .violation import Violation

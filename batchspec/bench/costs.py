@@ -13,7 +13,7 @@ import torch
 
 from ..draft_lengths import prefilled, timed_call
 from ..driver import clock
-from ..reference.draft_policy import AUTO_MAX_K, Costs
+from ..reference.draft_costs import AUTO_MAX_K, Costs
 from ..reference.model_call import run_forward
 from ..reference.state import attention_mask, content_index, left_pad
 from ..reference.storage import new_cache
@@ -40,7 +40,7 @@ MEASURED_TOKENS = (1, 2, 3, 5, AUTO_MAX_K + 1)
 @torch.no_grad()
 def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOKENS,
                   repeats: int = 2) -> Costs:
-    """The :class:`~batchspec.reference.draft_policy.Costs` table: a draft
+    """The :class:`~batchspec.reference.draft_costs.Costs` table: a draft
     call of one token and target calls of each count in ``tokens``, at each
     batch size in ``batches``, over a cache of ``context`` slots.
 

@@ -17,7 +17,7 @@ much the rest (alignment, Python, tensors built per call) costs.
 
 from __future__ import annotations
 
-from ..reference.draft_policy import Costs
+from ..reference.draft_costs import Costs
 
 
 def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: float) -> float:

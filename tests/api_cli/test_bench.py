@@ -12,7 +12,7 @@ import pytest
 from batchspec.bench import run as bench_run
 from batchspec.bench.ideal import ideal_generate_seconds, ideal_speculative_seconds
 from batchspec.cli import main
-from batchspec.reference.draft_policy import Costs
+from batchspec.reference.draft_costs import Costs
 
 SMALL = ["bench", "--pair", "tiny-llama", "--dtype", "float64", "--batch-sizes", "1,2", "--max-new-tokens", "6",
          "--repeats", "2", "-k", "2,auto"]

@@ -187,7 +187,7 @@ def test_lazy_labels_stay_a_bounded_chain_over_a_long_run():
     """Each call's context labels are read lazily from the previous call's; the chain of
     such reads is cut every DEPTH calls, so a long run neither recurses past Python's
     limit when a label is finally needed nor keeps every call's tensors alive."""
-    from batchspec.invariants.history import DEPTH
+    from batchspec.invariants.chains import DEPTH
 
     target, _ = pair("qwen3")
     with watch(target=target) as w:
@@ -196,7 +196,7 @@ def test_lazy_labels_stay_a_bounded_chain_over_a_long_run():
         w.outputs(WITH_PAD_ID[:2], out, max_new_tokens=3 * DEPTH)
     assert w.violations == [] and w.calls == 3 * DEPTH  # one call per token (Spec §4.8)
     chains, links = w.history.carried["target"], 0
-    while chains._source is not None:
-        chains, links = chains._source[0], links + 1
+    while chains.source is not None:
+        chains, links = chains.source.previous, links + 1
     assert links < DEPTH
     assert w.history.carried["target"].labels().shape[1] > 3 * DEPTH  # built without deep recursion

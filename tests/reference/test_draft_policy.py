@@ -11,7 +11,8 @@ import batchspec
 from batchspec.driver import drive
 from batchspec.methods import METHODS, DecodeConfig
 from batchspec.reference import Models
-from batchspec.reference.draft_policy import Auto, Costs, DraftPolicy, best_k, can_pay, expected_tokens
+from batchspec.reference.draft_costs import Costs, best_k, can_pay, expected_tokens
+from batchspec.reference.draft_policy import Auto, DraftPolicy
 from batchspec.stats import Stats
 from batchspec.testing import random_prompts
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchspec.invariants.recorder import key_mask
+from batchspec.invariants.masks import key_mask
 from batchspec.models import tiny
 from batchspec.reference.model_call import expanded_mask, run_forward
 from batchspec.reference.state import attention_mask, content_index

@@ -1,0 +1,141 @@
+"""One forward call read as chains, and where its context labels come from (Spec §3.12.2).
+
+:class:`Chains` is what :meth:`~batchspec.invariants.history.History.read`
+makes of one :class:`~batchspec.invariants.observation.ForwardCall`: per
+row, every attended slot and input as an element of one chain, with what
+its label says and the hash of the chain before it. The labels of the cached
+slots are built when first read, from a :data:`Source`: :class:`Prefix`
+(the call appended to the previous call's cache) or :class:`Moved` (its rows
+attend what the previous call's rows attended, wherever the slots now sit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .observation import ForwardCall
+from .slots import PADDING, UNWRITTEN, WRITTEN
+
+if TYPE_CHECKING:
+    from .history import History
+
+
+UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
+#: At most this many lazy contexts in a row: building one reads the one before, recursively.
+DEPTH = 32
+
+
+@dataclass
+class Chains:
+    """One forward call, each row read as a chain (Spec §3.12.2). Tensors are
+    ``[B, T + n]`` (the ``T`` cached slots, then the ``n`` inputs) unless noted."""
+
+    number: int  # the call's number in the run, from 1
+    call: ForwardCall
+    attended: torch.Tensor  # bool: the mask attends the slot / input
+    rank: torch.Tensor  # index in the row's chain of each attended element (cumsum - 1)
+    token: torch.Tensor  # cached slots: the label's token (-1 unwritten); inputs: the ids fed
+    before: torch.Tensor  # hash of the row's chain before this element (its attended predecessors)
+    node: torch.Tensor  # hash of the row's chain up to and including this element
+    history: "History"  # to look up what an unattended slot holds, when a violation is explained
+    #: cached slots already checked as the previous call's chain (0: none)
+    checked: int = 0
+    #: [B, T + n] every slot's content hash, set once the call's writes are labelled
+    hashes: torch.Tensor | None = None
+    _context: torch.Tensor | None = None  # [B, T, 4], or built from ``source`` when first read
+    #: where the context labels come from when first read (None once built)
+    source: Source | None = None
+    _labels: torch.Tensor | None = None
+    #: the window ``W`` of the layers read (Spec §3.12.2's window rule), 0 for full attention:
+    #: ranks are then positions, not indices into the call's columns
+    window: int = 0
+    _rejected: torch.Tensor | None = None  # [B, T] attended slots on a rejected stream (stream.Stream.attended)
+    #: calls since the last one whose context labels were built: each lazy context reads the
+    #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
+    depth: int = 0
+
+    @property
+    def cached(self) -> int:
+        """``T``: slots the cache held before the call."""
+        return self.call.cache_length
+
+    @property
+    def context(self) -> torch.Tensor:
+        """``[B, T, 4]`` the labels of the cached slots: token, position, prefix hash, flag."""
+        if self._context is None:
+            self._context = self.source.labels()
+            self.source, self.depth = None, 0  # built: the previous call's Chains need not live on
+        return self._context
+
+    def written(self) -> torch.Tensor:
+        """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what."""
+        t, call = self.cached, self.call
+        fed = self.attended[:, t:]
+        return torch.stack([call.input_ids, call.position_ids.to(call.input_ids), self.before[:, t:],
+                            PADDING - fed.long() * (PADDING - WRITTEN)], -1)
+
+    def labels(self) -> torch.Tensor:
+        """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed)."""
+        if self._labels is None:
+            self._labels = torch.cat([self.context, self.written()], 1)
+        return self._labels
+
+    @property
+    def position(self) -> torch.Tensor:
+        """Cached slots: the label's position; inputs: the positions fed."""
+        return torch.cat([self.context[..., 1], self.call.position_ids.to(self.token)], 1)
+
+    @property
+    def flag(self) -> torch.Tensor:
+        """Cached slots: the label's flag (``slots.WRITTEN``, ...); inputs: ``WRITTEN``."""
+        return torch.cat([self.context[..., 3], torch.full_like(self.call.input_ids, WRITTEN).to(self.token)], 1)
+
+    def stream(self, row: int, upto: int) -> list[int]:
+        """The tokens of ``row``'s chain before element ``upto`` (for messages)."""
+        keep = self.attended[row, :upto]
+        return self.token[row, :upto][keep].tolist()
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The context of a call that appended to the previous call's cache: the
+    first ``t`` slots of ``previous``'s labels (History._inputs)."""
+
+    previous: Chains
+    t: int
+
+    def labels(self) -> torch.Tensor:
+        """``[B, t, 4]`` the labels of the cached slots."""
+        return self.previous.labels()[:, :self.t]
+
+
+@dataclass(frozen=True)
+class Moved:
+    """The context of a call whose rows attend a prefix of what they attended at
+    the previous call, wherever the slots now sit (History._moved): ``previous``'s
+    chain elements, by rank, of the row each row continues. ``slot`` ``[B', W]``:
+    each previous element's rank (the rest to a spare column ``W``); ``at`` ``[B, T]``:
+    each cached slot's rank; ``attended`` ``[B, T]``; ``rows`` ``[B]``: the previous
+    row each row continues."""
+
+    previous: Chains
+    slot: torch.Tensor
+    at: torch.Tensor
+    attended: torch.Tensor
+    rows: torch.Tensor
+
+    def labels(self) -> torch.Tensor:
+        """``[B, T, 4]`` the labels of the cached slots, unattended ones unread."""
+        every = self.previous.labels()
+        b, width = self.slot.shape
+        labels = every.new_full((b, width + 1, 4), -1).scatter(1, self.slot[..., None].expand(-1, -1, 4), every)
+        labels = labels[self.rows]
+        return torch.where(self.attended[..., None], labels.gather(1, self.at[..., None].expand(-1, -1, 4)),
+                           UNREAD.to(every))
+
+
+#: Where a call's context labels come from.
+Source = Prefix | Moved
