@@ -82,7 +82,7 @@ def significant(value: float) -> str:
 #: (row key, heading, format, what it means): the table's columns and its legend.
 COLUMNS = (
     ("batch", "B", "{}", "batch size"),
-    ("method", "method", "{}", "decoder: ours (autoregressive, eqspec, exspec), transformers' (generate, assisted), or ours behind transformers' generate (custom_generate)"),
+    ("method", "method", "{}", "ours (autoregressive, eqspec, exspec, and custom_generate: ours via generate) or HF's"),
     ("k", "k", "{}", "drafts per round, or the draft policy (auto, confident)"),
     ("tok_per_s", "tok/s", significant, "tokens per wall-clock second, median over repeats"),
     ("wall", "wall ×gen", "{}", "generate's wall time / ours, paired per repeat: median (min-max)"),
