@@ -186,6 +186,9 @@ def _detours(chains: Chains) -> list[Violation]:
     pos = label[..., 1].clamp(0, width)  # [B, T]
     diverts = hidden & (has.gather(1, pos) == 1) & (before.gather(1, pos) == label[..., 2]) & (
         token.gather(1, pos) != label[..., 0])
+    if bool(diverts.any()):  # only a hole holding the target's own choice: its chain hash is one the target chose
+        weights = chains.history.hasher.chain_weights(width + 1, att.device)
+        diverts &= chains.history.stream.chosen(label[..., 2] + (label[..., 0] + 1) * weights[pos])
     out, seen = [], set()
     for i, s in diverts.nonzero().tolist():
         x, j, prefix = int(label[i, s, 0]), int(label[i, s, 1]), int(label[i, s, 2])

@@ -86,6 +86,7 @@ class Watch:
         #: seconds spent checking, in the hooks and in outputs(): what the checker costs
         #: the decoder (benchmarks/check_overhead.py reports it against decode time)
         self.check_seconds = 0.0
+        self.check_cpu_seconds = 0.0  # the same, in process CPU time
         #: the :class:`Observation` whose check found the first violation (None while
         #: clean): its tensors are the decoder's own, as they were then when
         #: ``check="raise"`` stopped the decoder there (for a picture of it).
@@ -131,7 +132,7 @@ class Watch:
             if self._checking:
                 return
             name = self._role(model_name, module)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
             refuse_cache(cache, name)  # before the call runs: one line naming the layer type and why
@@ -139,7 +140,7 @@ class Watch:
             ids = kwargs.get("input_ids", args[0] if args else None)
             windows = windows_before(self.history.hasher, self.kinds[name], cache, t,
                                      0 if ids is None else ids.shape[1])
-            self.check_seconds += time.perf_counter() - start
+            self._spent(start, cpu)
             if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
                 raise ValueError(f"watch: the {name} model ran with another cache object than the one "
                                  f"boundary() last saw; pass {name}_cache= to boundary() when the decoder "
@@ -152,7 +153,7 @@ class Watch:
             if self._checking:
                 return
             name = self._role(model_name, module)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 cache, t, windows = self._pending.pop(name)
                 if cache is None:  # one the model made
@@ -164,8 +165,12 @@ class Watch:
                 if self.grid is not None or call.cache_length == 0:  # without boundary(), keep prefills only
                     self._record(name, call, cache)
             finally:
-                self.check_seconds += time.perf_counter() - start
+                self._spent(start, cpu)
         return hook
+
+    def _spent(self, start: float, cpu: float) -> None:
+        self.check_seconds += time.perf_counter() - start
+        self.check_cpu_seconds += time.process_time() - cpu
 
     def _correct(self, name: str, call: ForwardCall, cache, raw, windows: list) -> None:
         """C1 on this call (Spec §3.12.2), whatever the decoder's layout and
@@ -213,12 +218,12 @@ class Watch:
         did not choose (C1 holds for those decoders and is checked on every call)."""
         if len(prompts) != len(sequences):
             raise ValueError(f"outputs: {len(prompts)} prompts but {len(sequences)} sequences")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         found = (target_choices(self.history, prompts, sequences, eos_token_id)
                  + stops_where_it_should(self.history, prompts, sequences, max_new_tokens, eos_token_id,
                                          pad_token_id))
         found.sort(key=lambda v: (v.call is None, v.call or 0))  # the first wrong call first
-        self.check_seconds += time.perf_counter() - start
+        self._spent(start, cpu)
         self.outputs_checked += len(prompts)
         self._found(found)
         return found
