@@ -188,7 +188,8 @@ def _detours(chains: Chains) -> list[Violation]:
         token.gather(1, pos) != label[..., 0])
     if bool(diverts.any()):  # only a hole holding the target's own choice: its chain hash is one the target chose
         weights = chains.history.hasher.chain_weights(width + 1, att.device)
-        diverts &= chains.history.stream.chosen(label[..., 2] + (label[..., 0] + 1) * weights[pos])
+        held = label[diverts]
+        diverts[diverts.clone()] = chains.history.stream.chosen(held[:, 2] + (held[:, 0] + 1) * weights[pos[diverts]])
     out, seen = [], set()
     for i, s in diverts.nonzero().tolist():
         x, j, prefix = int(label[i, s, 0]), int(label[i, s, 1]), int(label[i, s, 2])

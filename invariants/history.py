@@ -179,17 +179,22 @@ class History:
         attended = on(call.attention_mask, device) != 0  # [B, T + n]
         self.hashes = hashes
         before = self.carried.get(call.model)
+        same = False  # every cached slot holds what it held after this model's previous call
         if t and before is not None:
             held = on(self.hashes[:, :t], device)
-            if before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
-                    and torch.equal(held, before.hashes[:, :t]) and torch.equal(attended[:, :t], before.attended[:, :t]):
+            same = before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
+                and torch.equal(held, before.hashes[:, :t])
+            if same and torch.equal(attended[:, :t], before.attended[:, :t]):
                 return self._inputs(call, attended, before, t)
             moved = self._moved(call, attended, before, held)
             if moved is not None:
                 return moved
         rank = attended.cumsum(1) - 1
-        context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
-            torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
+        if same:  # only the mask changed (holes): the slots' labels are the previous call's, unchecked
+            context = before.labels()[:, :t]
+        else:
+            context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
+                torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
         token = torch.cat([context[..., 0], ids], 1)
         weights = self.hasher.chain_weights(attended.shape[1], device)
         contrib = (token + 1) * weights[rank.clamp(min=0)] * attended

@@ -63,7 +63,9 @@ class Stream:
         (computed once per call: the check and :meth:`remember` both read it)."""
         if chains._rejected is None:
             t = chains.cached
-            chains._rejected = self.member(chains.node[:, :t]) & chains.attended[:, :t]
+            att = chains.attended[:, :t]
+            chains._rejected = torch.zeros_like(att)
+            chains._rejected[att] = self.member(chains.node[:, :t][att])
         return chains._rejected
 
     def member(self, node: torch.Tensor) -> torch.Tensor:
