@@ -112,7 +112,7 @@ def _rejected(chains: Chains) -> list[Violation]:
         return []
     if memo.reported:  # each rejected token once: at the first call that attends it
         hits = hits & ~torch.isin(chains.node[:, :chains.cached], torch.tensor(sorted(memo.reported)).to(hits.device))
-    first = torch.where(hits, chains.rank[:, :chains.cached], chains.rank.shape[1]).argmin(1)  # [B]
+    first = torch.where(hits, chains.rank[:, :chains.cached], torch.iinfo(torch.int64).max).argmin(1)  # [B]
     for i in hits.any(1).nonzero().flatten().tolist():
         s = int(first[i])
         node, before = int(chains.node[i, s]), int(chains.before[i, s])

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._util import on
+from .calllog import CallLog
 from .observation import ForwardCall
 from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
 from .stream import Stream
@@ -125,7 +126,7 @@ class History:
     hasher: Hasher = field(default_factory=Hasher)
     labels: LabelTable = field(default_factory=LabelTable)
     chosen: dict = field(default_factory=dict)  # chain hash -> {token the target chose next: first call}
-    log: list = field(default_factory=list)  # (call number, model, node [B, W], attended [B, W], n) per call
+    log: CallLog = field(default_factory=CallLog)  # (call number, model, node [B, W], attended [B, W], n) per call
     calls: int = 0
     hashes: torch.Tensor | None = None  # [B, T + n] the slot hashes of the call being read
     carried: dict = field(default_factory=dict)  # model -> its last call's Chains, with the hashes and labels of every slot
@@ -302,7 +303,7 @@ class History:
             chains.hashes = on(self.hashes, chains.token.device)
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
-        self.log.append((chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1]))
+        self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1])
         if call.model == "target" and call.logits is not None:
             self._choices(chains)
         self.stream.remember(chains, self.chosen)
