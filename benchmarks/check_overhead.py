@@ -116,7 +116,9 @@ def _in_child(args, name: str, n: int) -> dict:
     """:func:`watched` in a fresh process, so that its peak memory is its own."""
     command = [sys.executable, __file__, "--one", f"{name}:{n}", "--pair", args.pair, "--batch", str(args.batch),
                "--k", str(args.k), "--repeat", str(args.repeat)]
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{name} at {n} new tokens failed: {done.stderr.strip().splitlines()[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
