@@ -1,27 +1,40 @@
 """What checking costs: each invariant mode's time as a share of decode time.
 
-Two parts, on the same prompts in one run. ``watch`` (the correctness level
-C1–C3, Spec §3.12, with no glue): batchspec's EQSPEC and the outside
-decoder of ``batchspec.examples`` run inside ``watch`` with ``w.outputs``;
-the check time is what the hooks and ``outputs`` spend
-(``Watch.check_seconds``), the decode time the rest of the run, each run's
-ratio taken in the same run, the median over ``--repeat`` runs printed.
-Then ``batchspec.generate(check_invariants=...)`` in each mode
-(``"structural"``, ``True``: I1–I8 with provenance fingerprints, Spec §3.6,
-and ``"semantic"``, a fresh forward per row, model and step): the check
-time is what the driver spends in the checker (``stats.check_seconds``,
-building the observation included), the decode time what it spends in the
-algorithm (the phases). The default mode is meant to stay within 15% of
-decode time on the default pair at batch 8.
+Two parts. ``watch`` (the correctness level C1–C3, Spec §3.12, with no glue),
+at batch ``--batch`` on ``--pair``, for each length of ``--max-new-tokens``
+and three decoders: batchspec's EQSPEC, the outside decoder of
+``batchspec.examples`` (unpad–append–repad, a few large calls a round) and
+the outside decoder of ``holes_decoder.py`` (right padding, rejected drafts
+kept as masked holes, ``k + 2`` one-token or ``k + 1``-token calls a round).
+Each (decoder, length) runs in a fresh process: one unwatched run, then
+``--repeat`` runs inside ``watch`` with ``w.outputs``. Per watched run the
+check time is what the hooks and ``outputs`` spend (``Watch.check_seconds``
+in wall time, ``Watch.check_cpu_seconds`` in process CPU time), the decode
+time the rest of the run; printed: the median check / decode ratio in CPU
+and in wall time, the check time per forward call (CPU, ms), and the peak
+resident memory after the watched runs over that after the unwatched run
+(the process's ``ru_maxrss``; "above base": both measured above the
+resident memory once the models are loaded). A shared machine's wall clock
+wanders; the CPU figures are the ones to compare.
+
+Then, at the first length, ``batchspec.generate(check_invariants=...)`` in
+each mode (``"structural"``, ``True``: I1–I8 with provenance fingerprints,
+Spec §3.6, and ``"semantic"``, a fresh forward per row, model and step):
+the check time is what the driver spends in the checker
+(``stats.check_seconds``, building the observation included), the decode
+time what it spends in the algorithm (the phases).
 
     python benchmarks/check_overhead.py [--pair default|tiny-llama] [--batch 8] [--repeat 3]
+        [--max-new-tokens 32,256,1024] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,12 +42,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import holes_decoder  # noqa: E402
 from alignment_overhead import load  # noqa: E402
 
 import batchspec  # noqa: E402
 from batchspec.examples import outside_decoder  # noqa: E402
 from batchspec.invariants import watch  # noqa: E402
 
+DECODERS = ("eqspec", "outside decoder", "holes decoder")
 MODES = ("structural", True, "semantic")
 
 
@@ -50,21 +65,78 @@ def measure(target, draft, prompts, mode, repeat: int, **common) -> dict:
             "check s": round(best[1], 3), "check / decode %": round(100 * best[1] / best[0], 1)}
 
 
-def watched(target, draft, prompts, decoder, repeat: int, k: int, n: int) -> dict:
-    """Median over ``repeat`` runs of check seconds over the rest of the run, under ``watch``."""
-    ratios, checks = [], []
-    for _ in range(repeat):
-        start = time.perf_counter()
+def _decoder(name, target, draft, prompts, k, n, eos):
+    if name == "eqspec":
+        return lambda: batchspec.generate(target, draft, prompts, num_draft_tokens=k, max_new_tokens=n,
+                                          batch_size=len(prompts), eos_token_id=eos,
+                                          check_invariants=False).sequences
+    if name == "outside decoder":
+        return lambda: outside_decoder.decode(target, draft, prompts, k, n)
+    return lambda: holes_decoder.decode(target, draft, prompts, max(k - 1, 1), n)
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def watched(args, name: str, n: int) -> dict:
+    """One decoder at one length, in this process: an unwatched run, then
+    ``args.repeat`` watched ones (see the module doc)."""
+    torch.set_num_threads(1)
+    target, draft, prompts_for, eos = load(args.pair)
+    prompts = prompts_for(args.batch)
+    decoder = _decoder(name, target, draft, prompts, args.k, n, eos)
+    base = _peak_mib()
+    start = time.process_time()
+    decoder()
+    plain_cpu, plain_peak = time.process_time() - start, _peak_mib()
+    cpu, wall, per_call = [], [], []
+    for _ in range(args.repeat):
+        start, start_cpu = time.perf_counter(), time.process_time()
         with watch(target=target, draft=draft) as w:
             out = decoder()
             w.outputs(prompts, out, max_new_tokens=n)
-        total = time.perf_counter() - start
-        ratios.append(w.check_seconds / (total - w.check_seconds))
-        checks.append(w.check_seconds)
-    assert not w.violations, w.report()
-    return {"check / decode % (median)": round(100 * statistics.median(ratios), 1),
-            "range %": [round(100 * min(ratios), 1), round(100 * max(ratios), 1)],
-            "check s (median)": round(statistics.median(checks), 3), "calls": w.calls}
+        total, total_cpu = time.perf_counter() - start, time.process_time() - start_cpu
+        assert not w.violations, w.report()
+        wall.append(100 * w.check_seconds / (total - w.check_seconds))
+        cpu.append(100 * w.check_cpu_seconds / (total_cpu - w.check_cpu_seconds))
+        per_call.append(1000 * w.check_cpu_seconds / w.calls)
+    peak = _peak_mib()
+    return {"decoder": name, "new tokens": n, "calls": w.calls, "unwatched cpu s": round(plain_cpu, 2),
+            "check/decode cpu %": round(statistics.median(cpu), 1),
+            "check/decode wall %": round(statistics.median(wall), 1),
+            "cpu % range": [round(min(cpu), 1), round(max(cpu), 1)],
+            "check ms/call cpu": round(statistics.median(per_call), 3),
+            "peak ratio": round(peak / plain_peak, 3),
+            "peak ratio above base": round((peak - base) / max(plain_peak - base, 1e-9), 3),
+            "peak MiB": round(peak), "unwatched peak MiB": round(plain_peak)}
+
+
+def _in_child(args, name: str, n: int) -> dict:
+    """:func:`watched` in a fresh process, so that its peak memory is its own."""
+    command = [sys.executable, __file__, "--one", f"{name}:{n}", "--pair", args.pair, "--batch", str(args.batch),
+               "--k", str(args.k), "--repeat", str(args.repeat)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{name} at {n} new tokens failed: {done.stderr.strip().splitlines()[-1]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _print_watch(args, rows: list) -> None:
+    print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k} (holes decoder "
+          f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs")
+    print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'ms/call':>7}  "
+          f"{'peak x':>6} {'above base x':>12}")
+    for r in rows:
+        print(f"{r['decoder']:>16} {r['new tokens']:>6} {r['calls']:>6}  {r['check/decode cpu %']:6.1f} "
+              f"{r['check/decode wall %']:6.1f}  {r['check ms/call cpu']:7.3f}  {r['peak ratio']:6.2f} "
+              f"{r['peak ratio above base']:12.2f}")
+    lengths = sorted({r["new tokens"] for r in rows})
+    for name in DECODERS:
+        per = {r["new tokens"]: r["check ms/call cpu"] for r in rows if r["decoder"] == name}
+        if len(lengths) > 1 and lengths[0] in per and lengths[-1] in per:
+            print(f"{name:>16}  ms/call at {lengths[-1]} over at {lengths[0]}: "
+                  f"{per[lengths[-1]] / per[lengths[0]]:.2f}x")
 
 
 def main(argv=None) -> None:
@@ -72,31 +144,38 @@ def main(argv=None) -> None:
     ap.add_argument("--pair", default="default")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--max-new-tokens", default="32", help="comma-separated lengths, e.g. 32,256,1024")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--decoders", default=",".join(DECODERS), help="comma-separated, of: " + ", ".join(DECODERS))
+    ap.add_argument("--no-layout", action="store_true", help="skip the check_invariants modes")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # decoder:length, run in this process (a child)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    target, draft, prompts_for, eos = load(args.pair)
-    prompts = prompts_for(args.batch)
-    common = dict(num_draft_tokens=args.k, max_new_tokens=args.max_new_tokens, batch_size=args.batch,
-                  eos_token_id=eos)
-    batchspec.generate(target, draft, prompts, **common)  # warm-up
-    eqspec = lambda: batchspec.generate(target, draft, prompts, check_invariants=False, **common).sequences  # noqa: E731
-    outside = lambda: outside_decoder.decode(target, draft, prompts, args.k, args.max_new_tokens)  # noqa: E731
-    outside()
-    watch_rows = {name: watched(target, draft, prompts, fn, max(args.repeat, 5), args.k, args.max_new_tokens)
-                  for name, fn in (("eqspec", eqspec), ("outside decoder", outside))}
-    rows = [measure(target, draft, prompts, mode, args.repeat if mode != "semantic" else 1, **common)
-            for mode in MODES]
+    if args.one:
+        name, n = args.one.rsplit(":", 1)
+        print(json.dumps(watched(args, name, int(n))))
+        return
+    lengths = [int(x) for x in args.max_new_tokens.split(",")]
+    names = [x.strip() for x in args.decoders.split(",")]
+    if unknown := set(names) - set(DECODERS):
+        raise SystemExit(f"unknown decoder(s) {sorted(unknown)}: use {', '.join(DECODERS)}")
+    watch_rows = [_in_child(args, name, n) for n in lengths for name in names]
+    rows = []
+    if not args.no_layout:
+        torch.set_num_threads(1)
+        target, draft, prompts_for, eos = load(args.pair)
+        prompts = prompts_for(args.batch)
+        common = dict(num_draft_tokens=args.k, max_new_tokens=lengths[0], batch_size=args.batch,
+                      eos_token_id=eos)
+        batchspec.generate(target, draft, prompts, **common)  # warm-up
+        rows = [measure(target, draft, prompts, mode, args.repeat if mode != "semantic" else 1, **common)
+                for mode in MODES]
     if args.json:
         print(json.dumps({"watch": watch_rows, "layout": rows}))
         return
-    print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k}, {args.max_new_tokens} new tokens")
-    for name, r in watch_rows.items():
-        print(f"{name:>16}  check/decode {r['check / decode % (median)']:6.1f} %  "
-              f"(range {r['range %'][0]}-{r['range %'][1]} %, {r['calls']} calls)")
-    print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {args.max_new_tokens} new tokens, float32, 1 thread")
+    _print_watch(args, watch_rows)
+    if rows:
+        print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {lengths[0]} new tokens, float32, 1 thread")
     for r in rows:
         print(f"{r['mode']:>10}  decode {r['decode s']:7.3f} s  check {r['check s']:7.3f} s  "
               f"check/decode {r['check / decode %']:6.1f} %")

@@ -116,7 +116,7 @@ def _rejected(chains: Chains) -> list[Violation]:
         return []
     if memo.reported:  # each rejected token once: at the first call that attends it
         hits = hits & ~torch.isin(chains.node[:, :chains.cached], torch.tensor(sorted(memo.reported)).to(hits.device))
-    first = torch.where(hits, chains.rank[:, :chains.cached], chains.rank.shape[1]).argmin(1)  # [B]
+    first = torch.where(hits, chains.rank[:, :chains.cached], torch.iinfo(torch.int64).max).argmin(1)  # [B]
     for i in hits.any(1).nonzero().flatten().tolist():
         s = int(first[i])
         node, before = int(chains.node[i, s]), int(chains.before[i, s])
@@ -190,6 +190,10 @@ def _detours(chains: Chains) -> list[Violation]:
     pos = label[..., 1].clamp(0, width)  # [B, T]
     diverts = hidden & (has.gather(1, pos) == 1) & (before.gather(1, pos) == label[..., 2]) & (
         token.gather(1, pos) != label[..., 0])
+    if bool(diverts.any()):  # only a hole holding the target's own choice: its chain hash is one the target chose
+        weights = chains.history.hasher.chain_weights(width + 1, att.device)
+        held = label[diverts]
+        diverts[diverts.clone()] = chains.history.stream.chosen(held[:, 2] + (held[:, 0] + 1) * weights[pos[diverts]])
     out, seen = [], set()
     for i, s in diverts.nonzero().tolist():
         x, j, prefix = int(label[i, s, 0]), int(label[i, s, 1]), int(label[i, s, 2])

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._util import on
+from .calllog import CallLog
 from .chains import UNREAD, DEPTH, Chains, Moved, Prefix
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
@@ -39,7 +40,7 @@ class History:
     hasher: Hasher = field(default_factory=Hasher)
     labels: LabelTable = field(default_factory=LabelTable)
     chosen: dict = field(default_factory=dict)  # chain hash -> {token the target chose next: first call}
-    log: list = field(default_factory=list)  # (call number, model, node [B, W], attended [B, W], n) per call
+    log: CallLog = field(default_factory=CallLog)  # (call number, model, node [B, W], attended [B, W], n) per call
     calls: int = 0
     hashes: torch.Tensor | None = None  # [B, T + n] the slot hashes of the call being read
     carried: dict = field(default_factory=dict)  # model -> its last call's Chains, with the hashes and labels of every slot
@@ -93,17 +94,22 @@ class History:
         attended = on(call.attention_mask, device) != 0  # [B, T + n]
         self.hashes = hashes
         before = self.carried.get(call.model)
+        same = False  # every cached slot holds what it held after this model's previous call
         if t and before is not None:
             held = on(self.hashes[:, :t], device)
-            if before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
-                    and torch.equal(held, before.hashes[:, :t]) and torch.equal(attended[:, :t], before.attended[:, :t]):
+            same = before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
+                and torch.equal(held, before.hashes[:, :t])
+            if same and torch.equal(attended[:, :t], before.attended[:, :t]):
                 return self._inputs(call, attended, before, t)
             moved = self._moved(call, attended, before, held)
             if moved is not None:
                 return moved
         rank = attended.cumsum(1) - 1
-        context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
-            torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
+        if same:  # only the mask changed (holes): the slots' labels are the previous call's, unchecked
+            context = before.labels()[:, :t]
+        else:
+            context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
+                torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
         token = torch.cat([context[..., 0], ids], 1)
         weights = self.hasher.chain_weights(attended.shape[1], device)
         contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
@@ -211,7 +217,7 @@ class History:
             chains.hashes = on(self.hashes, chains.token.device)
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
-        self.log.append((chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1]))
+        self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1])
         if call.model == "target" and call.logits is not None:
             self._choices(chains)
         self.stream.remember(chains, self.chosen)

@@ -80,6 +80,8 @@ class Watch:
     check_seconds = _read("correctness", "check_seconds", "Seconds spent checking, in the hooks and in "
                           ":meth:`outputs`: what the checker costs the decoder (``benchmarks/check_overhead.py`` "
                           "reports it against decode time).")
+    check_cpu_seconds = _read("correctness", "check_cpu_seconds", "The same in process CPU time, steadier than "
+                              "the wall clock on a shared machine.")
     history = _read("correctness", "history", "The correctness checker's memory "
                     "(:class:`~batchspec.invariants.history.History`).")
     ledger = _read("layout", "ledger", "The layout checks' :class:`~batchspec.invariants.ledger.Ledger` "

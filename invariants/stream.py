@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+#: Low bits of a chain hash that index a :class:`HashFilter` (a 1 MiB bit filter: hashes are
+#: uniform, so with ``K`` rejected nodes a slot passes it by chance with odds ``K / 2**20``).
+FILTER_BITS = 20
+_LOW = (1 << FILTER_BITS) - 1
+
 
 @dataclass
 class Stream:
@@ -49,31 +54,32 @@ class Stream:
     tested: set = field(default_factory=set)  # nodes a target call was fed
     prefix: dict = field(default_factory=dict)  # rejected node -> the node before it
     reported: set = field(default_factory=set)  # rejected nodes a violation named already
-    _keys: torch.Tensor | None = None  # the rejected nodes, sorted, for torch.isin
+    #: chain hashes of what the target chose: a node after which it chose ``y``, extended by ``y``
+    continued: set = field(default_factory=set)
+    _rejected_filter: "HashFilter | None" = None
+    _continued_filter: "HashFilter | None" = None
 
     def attended(self, chains) -> torch.Tensor:
         """``[B, T]`` bool: the cached slots each row attends whose node was rejected
         (computed once per call: the check and :meth:`remember` both read it)."""
         if chains._rejected is None:
             t = chains.cached
-            if not self.rejected or t == 0:
-                chains._rejected = torch.zeros((chains.attended.shape[0], t), dtype=torch.bool,
-                                               device=chains.attended.device)
-            else:
-                node = chains.node[:, :t]
-                chains._rejected = torch.isin(node, self._sorted(node.device)) & chains.attended[:, :t]
+            att = chains.attended[:, :t]
+            chains._rejected = torch.zeros_like(att)
+            chains._rejected[att] = self.member(chains.node[:, :t][att])
         return chains._rejected
 
-    def _sorted(self, device) -> torch.Tensor:
-        """The rejected nodes as a tensor, extended by the ones added since it was built."""
-        if self._keys is None or self._keys.numel() != len(self.rejected):
-            have = 0 if self._keys is None else self._keys.numel()
-            added = torch.tensor(list(self.rejected)[have:], dtype=torch.int64,  # dicts keep insertion order
-                                 device=device if self._keys is None else self._keys.device)
-            self._keys = added if self._keys is None else torch.cat([self._keys, added])
-        if self._keys.device != device:
-            self._keys = self._keys.to(device)
-        return self._keys
+    def member(self, node: torch.Tensor) -> torch.Tensor:
+        """``node``'s shape, bool: which chain hashes were rejected."""
+        if self._rejected_filter is None:
+            self._rejected_filter = HashFilter(self.rejected)
+        return self._rejected_filter.member(node)
+
+    def chosen(self, node: torch.Tensor) -> torch.Tensor:
+        """``node``'s shape, bool: which chain hashes end in a token the target chose after the rest."""
+        if self._continued_filter is None:
+            self._continued_filter = HashFilter(self.continued)
+        return self._continued_filter.member(node)
 
     def first_wrong(self, node: int, default=None):
         """The decoder's first wrong call on rejected ``node``, once a call built on it
@@ -101,6 +107,8 @@ class Stream:
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
             self._proposals(chains)
+        if call.model == "target" and call.logits is not None:
+            self._continue(chains)
         continuing = chains.attended[:, :t].any(1).tolist()  # [B]: rows that attend their cache
         for i, node, before, token in zip(rows, nodes, befores, call.input_ids[fed].tolist()):
             chose = chosen.get(before, {})
@@ -129,11 +137,31 @@ class Stream:
             self.seen.setdefault(node, chains.number)
 
     def _reject(self, node: int, chose: int, number: int, before: int) -> None:
+        if node not in self.rejected and self._rejected_filter is not None:
+            self._rejected_filter.add(node)
         self.rejected.setdefault(node, chose)
         self.prefix.setdefault(node, before)
         self.fed.setdefault(node, number)
         if number > self.rejected[node]:
             self.late.setdefault(node, number)
+
+    def _continue(self, chains) -> None:
+        """Note the chain hash of every choice of a target call: the node it chose after,
+        extended by the token chosen (History._choices keeps the choices by node)."""
+        call, t = chains.call, chains.cached
+        n, kept = call.input_ids.shape[1], call.logits.shape[1]
+        if kept == 0 or kept > n:
+            return
+        fed = chains.attended[:, t + n - kept:]
+        rank = chains.rank[:, t + n - kept:][fed] + 1
+        choice = call.logits.argmax(-1).to(fed.device)[fed]
+        weights = chains.history.hasher.chain_weights(int(rank.max()) + 1 if rank.numel() else 0, fed.device)
+        new = (chains.node[:, t + n - kept:][fed] + (choice + 1) * weights[rank]).tolist()
+        for h in new:
+            if h not in self.continued:
+                self.continued.add(h)
+                if self._continued_filter is not None:
+                    self._continued_filter.add(h)
 
     def _proposals(self, chains) -> None:
         call, t = chains.call, chains.cached
@@ -144,6 +172,38 @@ class Stream:
         choice = call.logits.argmax(-1).to(fed.device)[fed]
         for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice.tolist()):
             self.proposed.setdefault(node, set()).add(chose)
+
+
+class HashFilter:
+    """Membership of chain hashes in a growing set, read for a whole tensor at once:
+    one gather into a bit filter of the members' low :data:`FILTER_BITS` bits,
+    then an exact look-up of the few that pass (hashes are uniform, so with
+    ``K`` members a non-member passes with odds ``K / 2**FILTER_BITS``). No
+    sort, and no work that grows with the set."""
+
+    def __init__(self, members):
+        self.members = members  # the set (or dict) itself, read at every look-up
+        self._bits: torch.Tensor | None = None
+        self._unfiled: list = list(members)
+
+    def add(self, h: int) -> None:
+        """Note ``h``, just added to ``members``."""
+        self._unfiled.append(h)
+
+    def member(self, node: torch.Tensor) -> torch.Tensor:
+        if not self.members or node.numel() == 0:
+            return torch.zeros(node.shape, dtype=torch.bool, device=node.device)
+        if self._bits is None or self._bits.device != node.device:
+            self._bits = torch.zeros(1 << FILTER_BITS, dtype=torch.bool, device=node.device)
+            self._unfiled = list(self.members)
+        if self._unfiled:
+            self._bits[torch.tensor(self._unfiled, dtype=torch.int64, device=node.device) & _LOW] = True
+            self._unfiled = []
+        maybe = self._bits[node & _LOW]
+        if bool(maybe.any()):
+            maybe[maybe.clone()] = torch.tensor([h in self.members for h in node[maybe].tolist()],
+                                                dtype=torch.bool, device=node.device)
+        return maybe
 
 
 def special_ids(model) -> tuple[frozenset, frozenset]:

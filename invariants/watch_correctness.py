@@ -57,9 +57,15 @@ class Correctness:
         #: seconds spent checking, in the hooks and in outputs(): what the checker costs
         #: the decoder (benchmarks/check_overhead.py reports it against decode time)
         self.check_seconds = 0.0
+        self.check_cpu_seconds = 0.0  # the same, in process CPU time
         self.calls = 0
         self._pending: dict = {}  # model -> (cache object, T) between pre-hook and hook
         self._handles: list = []
+
+    def _spent(self, start: float, cpu: float) -> None:
+        """Add the time since ``start`` (wall) and ``cpu`` (process CPU) to the check's cost."""
+        self.check_seconds += time.perf_counter() - start
+        self.check_cpu_seconds += time.process_time() - cpu
 
     def attach(self) -> None:
         for name, model in self.models.items():
@@ -88,7 +94,7 @@ class Correctness:
             if self.layout.checking:  # the semantic oracle's own forwards are not the decoder's
                 return
             name = self._role(model_name, module)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
             refuse_cache(cache, name)  # before the call runs: one line naming the layer type and why
@@ -96,7 +102,7 @@ class Correctness:
             ids = kwargs.get("input_ids", args[0] if args else None)
             windows = windows_before(self.history.hasher, self.kinds[name], cache, t,
                                      0 if ids is None else ids.shape[1])
-            self.check_seconds += time.perf_counter() - start
+            self._spent(start, cpu)
             self.layout.refuse_another_cache(name, cache, t)
             self._pending[name] = (cache, t, windows)
         return hook
@@ -106,7 +112,7 @@ class Correctness:
             if self.layout.checking:
                 return
             name = self._role(model_name, module)
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 cache, t, windows = self._pending.pop(name)
                 if cache is None:  # one the model made
@@ -117,7 +123,7 @@ class Correctness:
                 self._correct(name, call, cache, kwargs.get("attention_mask"), windows)
                 self.layout.record(name, call, cache)
             finally:
-                self.check_seconds += time.perf_counter() - start
+                self._spent(start, cpu)
         return hook
 
     def _correct(self, name: str, call: ForwardCall, cache, raw, windows: list) -> None:
@@ -158,12 +164,12 @@ class Correctness:
         did not choose (C1 holds for those decoders and is checked on every call)."""
         if len(prompts) != len(sequences):
             raise ValueError(f"outputs: {len(prompts)} prompts but {len(sequences)} sequences")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         found = (target_choices(self.history, prompts, sequences, eos_token_id)
                  + stops_where_it_should(self.history, prompts, sequences, max_new_tokens, eos_token_id,
                                          pad_token_id))
         found.sort(key=lambda v: (v.call is None, v.call or 0))  # the first wrong call first
-        self.check_seconds += time.perf_counter() - start
+        self._spent(start, cpu)
         self.outputs_checked += len(prompts)
         self.found(found)
         return found

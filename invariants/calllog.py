@@ -1,0 +1,43 @@
+"""Every checked call's chains, kept for tracing a wrong output to its first wrong call (Spec §3.12.3).
+
+A call that extends its model's previous call (the same cached slots, attended
+the same way, so the same chain hashes there) is kept as what it added only:
+the log grows with what the calls feed, not with what they attend. Reading it
+back (only when ``w.outputs`` traces a wrong token) rebuilds each call's
+tensors in call order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class CallLog:
+    """Per call ``(number, model, node [B, T + n], attended [B, T + n], n)``, stored by difference."""
+
+    def __init__(self):
+        self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n)
+        self._last: dict = {}  # model -> (node, attended) of its last logged call
+
+    def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int) -> None:
+        last, kept = self._last.get(model), 0
+        t = node.shape[1] - n
+        if last is not None and t and last[0].shape[0] == node.shape[0] and last[0].shape[1] >= t \
+                and torch.equal(node[:, :t], last[0][:, :t]) and torch.equal(attended[:, :t], last[1][:, :t]):
+            kept = t
+        self._entries.append((number, model, kept, node[:, kept:].clone() if kept else node,
+                              attended[:, kept:].clone() if kept else attended, n))
+        self._last[model] = (node, attended)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self):
+        built: dict = {}  # model -> (node, attended) of its last call, rebuilt
+        for number, model, kept, node, attended, n in self._entries:
+            if kept:
+                node_before, attended_before = built[model]
+                node = torch.cat([node_before[:, :kept], node], 1)
+                attended = torch.cat([attended_before[:, :kept], attended], 1)
+            built[model] = (node, attended)
+            yield number, model, node, attended, n
