@@ -76,20 +76,20 @@ class Watch:
         self.layout.boundary(tokens, mask, requests, target_cache, draft_cache)
 
     calls = _read("correctness", "calls", "Forward calls watched.")
-    outputs_checked = _read("correctness", "outputs_checked", "Outputs checked by :meth:`outputs`.")
+    outputs_checked = _read("correctness", "outputs_checked", "Outputs checked by ``outputs()``.")
     check_seconds = _read("correctness", "check_seconds", "Seconds spent checking, in the hooks and in "
-                          ":meth:`outputs`: what the checker costs the decoder (``benchmarks/check_overhead.py`` "
+                          "``outputs()``: what the checker costs the decoder (``benchmarks/check_overhead.py`` "
                           "reports it against decode time).")
     check_cpu_seconds = _read("correctness", "check_cpu_seconds", "The same in process CPU time, steadier than "
                               "the wall clock on a shared machine.")
     history = _read("correctness", "history", "The correctness checker's memory "
-                    "(:class:`~batchspec.invariants.history.History`).")
-    ledger = _read("layout", "ledger", "The layout checks' :class:`~batchspec.invariants.ledger.Ledger` "
+                    "(``History``).")
+    ledger = _read("layout", "ledger", "The layout checks' ``Ledger`` "
                    "(None when ``structural``).")
-    grid = _read("layout", "grid", "``(tokens [B, L], mask [B, L], requests)`` of the last :meth:`boundary`, or None.")
-    prefill = _read("layout", "prefill", "The prefill calls kept for the first :meth:`boundary`.")
+    grid = _read("layout", "grid", "``(tokens [B, L], mask [B, L], requests)`` of the last ``boundary()``, or None.")
+    prefill = _read("layout", "prefill", "The prefill calls kept for the first ``boundary()``.")
     steps = _read("layout", "steps", "Layout steps checked.")
-    round = _read("layout", "round", ":meth:`boundary` calls so far.")
+    round = _read("layout", "round", "``boundary()`` calls so far.")
 
     def report(self) -> str:
         """A short account: calls, outputs and layout steps checked, then the first violations."""
