@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..reference.state import left_pad
+from ..reference.state import attention_mask, left_pad
 from ..testing import cut_at_eos
 
 
@@ -34,7 +34,7 @@ def hf_generate(target, prompts: list[list[int]], batch_size: int, max_new_token
 def _left_padded(prompts: list[list[int]], device):
     """A tokenizer's left-padded batch: ``(input_ids, attention_mask)``, each ``[B, L]``."""
     tokens, pad, _ = left_pad(prompts, device)
-    return tokens, (torch.arange(tokens.shape[1], device=device)[None, :] >= pad[:, None]).long()
+    return tokens, attention_mask(pad, tokens.shape[1])
 
 
 @torch.no_grad()
