@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PHASES = ("draft", "verify", "align", "other")
+PHASES = ("draft", "verify", "realign", "other")
 
 
 @dataclass
@@ -23,7 +23,7 @@ class Stats:
         per_round: one ``RoundRecord`` per round, in order: drafts proposed,
             accepted and committed per row, the width after the round.
         phase_seconds: wall-clock seconds per phase of :data:`PHASES` (draft,
-            verify, align, other), invariant checks excluded.
+            verify, realign, other), invariant checks excluded.
         check_seconds: wall-clock seconds spent checking invariants, kept out
             of the phases so that checking never looks like decoding cost.
         wall_seconds: wall-clock seconds of the whole call, checks included.
@@ -141,8 +141,8 @@ class Stats:
 
     @property
     def realignment_seconds(self) -> float:
-        """Time spent realigning caches (the ``align`` phase)."""
-        return self.phase_seconds["align"]
+        """Time spent realigning caches (the ``realign`` phase)."""
+        return self.phase_seconds["realign"]
 
     @property
     def waiting_rounds(self) -> dict[int, int]:

@@ -24,7 +24,7 @@ Format (``batchspec-trace``, version 2; version 1 named ``layer0_sum``
 
 * ``index`` int (0, 1, ...), ``batch`` int (which decoder: static batches
   run one after another), ``round`` int (0 for prefill), ``step`` str
-  (``"prefill"``, ``"draft"``, ``"verify"``, ``"align"``, ``"finish"``),
+  (``"prefill"``, ``"draft"``, ``"verify"``, ``"realign"``, ``"finish"``),
   ``phase`` str (the timing phase);
 * ``observation``: null for ``"finish"`` (the batch is empty), else, with
   ``B`` rows and grid width ``L``:
@@ -49,7 +49,7 @@ Format (``batchspec-trace``, version 2; version 1 named ``layer0_sum``
     ``source`` is null when a call of this step wrote the slot, else
     ``[request, slot]`` where the same key sat the last time that request was
     recorded (``[own request, s - δ_i]`` after a correct realignment);
-* ``decision``: null except on the step that ends a round (``"align"`` or
+* ``decision``: null except on the step that ends a round (``"realign"`` or
   ``"finish"``): ``{"round", "requests" [B] (rows at the start of the round),
   "drafted" k', "accepted" [B] m_i, "appended" [B] a_i, "bonus" [B] (the
   target's token after the accepted drafts, or null when EOS or the budget
@@ -61,9 +61,9 @@ Format (``batchspec-trace``, version 2; version 1 named ``layer0_sum``
   "request", "model", "expected", "actual", "detail"}]`` found on this step's
   observation (expected/actual as JSON values; anything else as its repr).
 
-Under EXSPEC (``method="exspec"``, Spec §8) a round reads: ``"align"`` (the
+Under EXSPEC (``method="exspec"``, Spec §8) a round reads: ``"realign"`` (the
 batch stacked from the pool; ``round`` is the new round), its draft and
-verify steps, one ``"align"`` per member released back to the pool (a
+verify steps, one ``"realign"`` per member released back to the pool (a
 one-row observation), then ``"finish"`` with the decision, whose ``delta``
 is null for every row (rows go back to the pool unaligned).
 

@@ -52,7 +52,7 @@ def main(argv=None) -> None:
         s = eq.stats
         decode_time = sum(s.phase_seconds.values())
         rows.append({
-            "batch": b, "align %": round(100 * s.phase_seconds["align"] / decode_time, 1),
+            "batch": b, "realign %": round(100 * s.phase_seconds["realign"] / decode_time, 1),
             "realigned rounds %": round(100 * s.realignments / max(s.rounds, 1), 1),
             "tokens/target call": round(s.tokens_per_target_call, 2),
             "eqspec tok/s": round(s.generated_tokens / s.wall_seconds, 1),

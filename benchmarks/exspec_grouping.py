@@ -9,7 +9,7 @@ eBay/spec_dec) — and prints:
 
 * group %: rounds whose batch needed no realignment (for EQSPEC: rounds where
   every ``δ_i = 0`` and no row left);
-* align %: share of decoding time spent realigning caches (the ``align`` phase);
+* realign %: share of decoding time spent realigning caches (the ``realign`` phase);
 * other %: prefill, stacking members into a batch, bookkeeping;
 * pad/round: mean ``Σ p_i`` of a round's batch (padding every forward call of
   the round attends over; for EXSPEC also what its fallback shifts);
@@ -106,7 +106,7 @@ def row(stats, sequences, reference, prompts: list[list[int]]) -> dict:
     wait = stats.waiting_percentiles((90, 99))["rounds"]
     return {
         "group %": round(100 * stats.group_rate, 1),
-        "align %": round(100 * stats.phase_seconds["align"] / decode, 1),
+        "realign %": round(100 * stats.phase_seconds["realign"] / decode, 1),
         "other %": round(100 * stats.phase_seconds["other"] / decode, 1),
         "pad/round": round(padding_per_round(stats.per_round, prompts), 1),
         "rounds": stats.rounds,

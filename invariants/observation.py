@@ -16,8 +16,8 @@ Layout conventions (the paper's, Spec §2):
   more slots, for speculative tokens; the committed part ``0 .. L-2`` must
   still correspond to the grid.
 
-Step names: ``"prefill"``, ``"draft"``, ``"verify"``, ``"align"``. A
-*boundary* step (``prefill``, ``align``) ends with every cache exactly
+Step names: ``"prefill"``, ``"draft"``, ``"verify"``, ``"realign"``. A
+*boundary* step (``prefill``, ``realign``) ends with every cache exactly
 ``L - 1`` slots long. Model names are exactly ``"target"`` and ``"draft"``
 (:data:`MODELS`).
 """
@@ -31,8 +31,8 @@ import torch
 
 from .hf_cache import held, seen
 
-BOUNDARY_STEPS = ("prefill", "align")
-STEP_NAMES = ("prefill", "draft", "verify", "align", "finish")
+BOUNDARY_STEPS = ("prefill", "realign")
+STEP_NAMES = ("prefill", "draft", "verify", "realign", "finish")
 MODELS = ("target", "draft")
 
 
@@ -146,7 +146,7 @@ class Observation:
 
     Attributes:
         round: the round number (0 for prefill, 1 for the first round).
-        step: one of :data:`STEP_NAMES`; ``prefill`` and ``align`` are boundaries.
+        step: one of :data:`STEP_NAMES`; ``prefill`` and ``realign`` are boundaries.
         tokens: ``[B, L]`` the token grid the decoder holds after the step;
             padding slots may hold anything.
         mask: ``[B, L]`` the attention mask the decoder holds for the grid.
@@ -189,7 +189,7 @@ class Observation:
 
     @property
     def boundary(self) -> bool:
-        """True after ``prefill`` and ``align``: caches must hold exactly ``L - 1`` slots."""
+        """True after ``prefill`` and ``realign``: caches must hold exactly ``L - 1`` slots."""
         return self.step in BOUNDARY_STEPS
 
     def content(self, row: int) -> list[int]:

@@ -126,7 +126,7 @@ class Layout:
         for name, cache in (("target", target_cache), ("draft", draft_cache)):
             if cache is not None:
                 self.caches[name] = cache
-        step = "prefill" if self.grid is None else "align"  # a prefill may feed nothing (Spec §4.1)
+        step = "prefill" if self.grid is None else "realign"  # a prefill may feed nothing (Spec §4.1)
         self.grid = (tokens, mask, list(requests))
         calls, self.prefill, self.drafts, self.verified = self.prefill, [], None, False
         self._check(step, calls, None)

@@ -52,7 +52,7 @@ class DraftPolicy:
         """After each draft: ``probability [B]``, each row's draft probability of its newest draft."""
         return True
 
-    def observe(self, drafted: int, accepted: list[int]) -> None:
+    def learn(self, drafted: int, accepted: list[int]) -> None:
         """After each round: ``k'`` and each row's ``m_i``."""
 
     def probe(self, matches: list[int]) -> None:
@@ -103,7 +103,7 @@ class Auto(DraftPolicy):
     (:func:`~batchspec.reference.draft_costs.can_pay`), the run's ``k_max`` is 0: the caller decodes plainly,
     without the draft, and the statistics say why.
 
-    ``choose(batch)`` is called before a round, ``observe(drafted, accepted)``
+    ``choose(batch)`` is called before a round, ``learn(drafted, accepted)``
     after it. The acceptance estimate is the maximum-likelihood one for a row
     that stops at its first rejection: accepted drafts over drafts *tried*
     (a row with ``m_i < k'`` tried ``m_i + 1``), from ``prior`` worth
@@ -142,7 +142,7 @@ class Auto(DraftPolicy):
         self.chosen.append(k)
         return k
 
-    def observe(self, drafted: int, accepted: list[int]) -> None:
+    def learn(self, drafted: int, accepted: list[int]) -> None:
         if drafted == 0:
             return  # a round without drafts tried none (its probe, if any, comes through probe())
         self.accepted += sum(accepted)
@@ -208,7 +208,7 @@ class Confident(DraftPolicy):
         self.confident, more = keep_drafting(self.confident, probability, self.threshold)
         return more
 
-    def observe(self, drafted: int, accepted: list[int]) -> None:
+    def learn(self, drafted: int, accepted: list[int]) -> None:
         self.chosen.append(drafted)
 
     def describe(self) -> dict:
@@ -223,10 +223,10 @@ def keep_drafting(confident: torch.Tensor, probability: torch.Tensor, threshold:
     return confident, bool(confident.any())
 
 
-def observe_round(policy: DraftPolicy, record) -> None:
+def learn_from_round(policy: DraftPolicy, record) -> None:
     """Tell ``policy`` what the round it sized did (its ``RoundRecord``):
     ``k'``, each ``m_i`` and, for a round without drafts, the probe."""
-    policy.observe(record.drafted, record.accepted)
+    policy.learn(record.drafted, record.accepted)
     if record.probed is not None:
         policy.probe(record.probed)
 

@@ -13,7 +13,7 @@ from typing import Generator
 import torch
 
 from . import acceptance, state as layout, transitions
-from .draft_policy import DraftPolicy, observe_round
+from .draft_policy import DraftPolicy, learn_from_round
 from .state import BatchState, RowOutput
 from .transitions import Models, Round
 
@@ -59,8 +59,8 @@ class RoundRecord:
 class Event:
     """Yielded after every step: the phase for timing, the state for checking."""
 
-    phase: str  # "draft" | "verify" | "align" | "other"
-    step: str  # observation step: "prefill" | "draft" | "verify" | "align"; "finish" (empty batch)
+    phase: str  # "draft" | "verify" | "realign" | "other"
+    step: str  # observation step: "prefill" | "draft" | "verify" | "realign"; "finish" (empty batch)
     state: BatchState
     calls: list
     drafts: torch.Tensor | None = None  # [B, k'] of the current round
@@ -165,10 +165,10 @@ def eqspec_round(models, state: BatchState, k: DraftPolicy, max_new_tokens, eos,
     record = RoundRecord(state.round, list(state.requests), spec.rnd.k, spec.verdict.accepted_drafts.tolist(),
                          spec.a.tolist(), plan.width, plan.realigns and plan.rows.numel() > 0,
                          alpha=alphas(spec.verdict), probed=spec.probed)
-    observe_round(k, record)
-    if plan.rows.numel() == 0:  # every row finished: nothing left to align
+    learn_from_round(k, record)
+    if plan.rows.numel() == 0:  # every row finished: nothing left to realign
         state.tokens = state.tokens[:0]
-        yield Event("align", "finish", state, [], None, record)
+        yield Event("realign", "finish", state, [], None, record)
         return
     steps.unpad_append_repad(state, spec.verdict, plan)
-    yield Event("align", "align", state, [], None, record)
+    yield Event("realign", "realign", state, [], None, record)

@@ -24,7 +24,7 @@ import torch
 
 from . import exspec_pool
 from .eqspec import Event, RoundRecord, Steps, alphas, speculate
-from .draft_policy import DraftPolicy, observe_round
+from .draft_policy import DraftPolicy, learn_from_round
 from .exspec_policy import Policy
 from .exspec_pool import Pool
 from .state import BatchState, RowOutput
@@ -87,7 +87,7 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: DraftPolicy, max
     waiting = pool.waiting(chosen)
     state, realigned = steps.form(models, chosen, pool.round, reuse=pool.storage)
     pool.storage = (state.target_cache, state.draft_cache)
-    yield Event("align" if realigned else "other", "align", state, [])
+    yield Event("realign" if realigned else "other", "realign", state, [])
     # 3.-5. Draft, verify and decide, catch up: EQSPEC's own steps (Spec §4.7.1).
     spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
     a, finished, verdict = spec.a, spec.finished, spec.verdict
@@ -103,14 +103,14 @@ def exspec_round(models: Models, pool: Pool, policy: Policy, k: DraftPolicy, max
     stay = (~finished).nonzero().flatten().tolist()
     released = steps.release(state, grid, (state.length + a).tolist(), stay)
     for member in released:
-        yield Event("other", "align", member, [], observe=lambda m=member, r=pool.round: m.observation(r))
+        yield Event("other", "realign", member, [], observe=lambda m=member, r=pool.round: m.observation(r))
     pool.settle(chosen, released)
     record = ExspecRecord(round=pool.round, requests=list(state.requests), drafted=spec.rnd.k,
                           accepted=verdict.accepted_drafts.tolist(), appended=a.tolist(),
                           width=state.width, realigned=realigned, grouped=not realigned,
                           padding=int(state.pad.sum()), waiting=waiting, alpha=alphas(verdict),
                           probed=spec.probed)
-    observe_round(k, record)  # the draft policy learns from the round (Spec §4.2.2)
+    learn_from_round(k, record)  # the draft policy learns from the round (Spec §4.2.2)
     state.tokens = state.tokens[:0]  # the formed batch dissolves
     if not pool.active:  # nothing left to form a batch from: let its storage go
         pool.storage = (None, None)

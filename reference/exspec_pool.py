@@ -44,7 +44,7 @@ class Member:
         if self.draft_kv is not None:
             caches["draft"] = CacheView(self.draft_kv.layers(), self.draft_kv.stacked())
         c = self.tokens.numel()
-        return Observation(round_, "align", self.tokens[None], torch.ones_like(self.tokens)[None], [0], [c],
+        return Observation(round_, "realign", self.tokens[None], torch.ones_like(self.tokens)[None], [0], [c],
                            caches, requests=[self.request])
 
 

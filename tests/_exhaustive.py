@@ -38,7 +38,7 @@ class Failure(AssertionError):
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid cell: batch size, ``k``, rounds, and whether to place EOS everywhere."""
+    """One cell of the enumeration: batch size, ``k``, rounds, and whether to place EOS everywhere."""
 
     batch: int
     k: int
@@ -60,7 +60,7 @@ class Cell:
         return [Tree(self, e, b) for e, b in itertools.product(eos, budgets)]
 
 
-def grid(batches, ks, rounds: int, eos_batches=(), eos_ks=()) -> list[Cell]:
+def cells(batches, ks, rounds: int, eos_batches=(), eos_ks=()) -> list[Cell]:
     return [Cell(b, k, rounds, b in eos_batches and k in eos_ks) for b in batches for k in ks]
 
 
@@ -194,7 +194,7 @@ class AbstractWalk:
             finished = [out[r]["stop"] is not None for r in requests]
             problems = spec["round_problems"](pad, length, k_round, pattern, record, finished)
             if problems:
-                raise Failure(tree, here, "align", f"round properties {problems} violated, record {record}")
+                raise Failure(tree, here, "realign", f"round properties {problems} violated, record {record}")
             self.tally.rounds += 1
             self.walk(branch, out, here)
 

@@ -100,7 +100,7 @@ def padding_per_round(recorded):
     """Per request, its p_i after prefill and after each round it stayed for."""
     out = {}
     for s in recorded.steps:
-        if s["step"] in ("prefill", "align"):
+        if s["step"] in ("prefill", "realign"):
             for request, p in zip(s["observation"]["requests"], s["observation"]["pad"]):
                 out.setdefault(request, []).append(p)
     return out
@@ -112,7 +112,7 @@ for request in grows:
     assert grows[request] == sorted(grows[request])  # never unpadded
 assert any(p[-1] > p[0] for p in grows.values())
 for s in eqspec.steps:  # tight: some row has no padding at all after every realignment
-    if s["step"] in ("prefill", "align"):
+    if s["step"] in ("prefill", "realign"):
         assert min(s["observation"]["pad"]) == 0
 
 fig, ax = plt.subplots(figsize=(5.5, 2.8), dpi=90)
@@ -130,7 +130,7 @@ ax.legend();
 # The final grid shows it: every row carries the padding of every earlier round.
 
 # %%
-viz.draw_grid(batch, [s for s in batch.steps if s["step"] == "align"][-1], last=40);
+viz.draw_grid(batch, [s for s in batch.steps if s["step"] == "realign"][-1], last=40);
 
 # %% [markdown]
 # ## What to remember

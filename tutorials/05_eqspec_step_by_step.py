@@ -86,7 +86,7 @@ viz.draw_grid(recorded, recorded.find(r, "verify"));
 
 # %%
 verify = recorded.find(r, "verify")["observation"]
-after = recorded.find(r, "align")
+after = recorded.find(r, "realign")
 c, p, a = verify["length"], verify["pad"], ragged["appended"]
 width = max(ci + ai for ci, ai in zip(c, a))
 new_pad = [width - ci - ai for ci, ai in zip(c, a)]

@@ -178,7 +178,7 @@ with watch(target=target, draft=draft) as w:  # check="raise"
     except InvariantViolation as error:
         print(error.violation)
 viz.draw_provenance(w.caught, w.ledger, "target", alphabet=setup.alphabet, last=30);
-assert w.caught.step == "align" and w.violations[0].invariant == "I6"
+assert w.caught.step == "realign" and w.violations[0].invariant == "I6"
 
 # %% [markdown]
 # ## Without Hugging Face models, or without Python

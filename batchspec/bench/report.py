@@ -50,7 +50,7 @@ def rows(cells) -> list[dict]:
         if c.stats:
             decode = sum(c.stats["phase_seconds"].values()) or 1.0
             row["split"] = {p: c.stats["phase_seconds"][p] / decode for p in PHASES}
-            row["align_share"] = row["split"]["align"]
+            row["realign_share"] = row["split"]["realign"]
             row["acceptance"] = c.stats["acceptance_rate"]
             row["group_rate"] = c.stats["group_rate"] if c.case.method == "exspec" else None
             row["drafted_k"] = sorted({r.drafted for r in c.per_round}) if c.per_round else None
@@ -93,7 +93,7 @@ COLUMNS = (
     ("achieved_over_ideal", "of ideal", "{:.0%}", "wall ×gen / ideal"),
     ("best_ideal", "best ideal", "{:.2f}", "the best ideal over the draft policies run at this batch"),
     ("in_calls", "in calls", "{:.0%}", "share of the measured time its forward calls alone account for"),
-    ("align_share", "align", "{:.1%}", "share of decoding time spent realigning caches"),
+    ("realign_share", "realign", "{:.1%}", "share of decoding time spent realigning caches"),
     ("group_rate", "groups", "{:.0%}", "EXSPEC: rounds formed from one same-length group"),
     ("peak_mb", "peak MB", "{:.1f}", "peak memory of one run"),
     ("exact", "exact", "{}", "prompts whose output equals the target's batch-1 greedy output"),
@@ -191,7 +191,7 @@ def plots(table_rows: list[dict], directory: str) -> list[str]:
     for ax, (name, rs) in zip(axes[0], split):
         bottom = [0.0] * len(rs)
         labels = [str(r["batch"]) for r in rs]
-        for phase in ("draft", "verify", "align", "other"):
+        for phase in ("draft", "verify", "realign", "other"):
             values = [r["split"][phase] for r in rs]
             ax.bar(labels, values, bottom=bottom, label=phase)
             bottom = [b + v for b, v in zip(bottom, values)]

@@ -1,4 +1,4 @@
-"""The benchmark grid: methods × batch sizes × ``k``, repeated in interleaved
+"""The benchmark's cases: methods × batch sizes × ``k``, repeated in interleaved
 order, every output checked against the target's batch-1 greedy output.
 
 Timing happens here, around whole calls, never inside the algorithm (Contributing §4.7).
@@ -34,7 +34,7 @@ POLICED = ("eqspec", "exspec", "custom_generate")
 
 @dataclass(frozen=True)
 class Case:
-    """One cell of the grid. ``k`` is None for methods that draft nothing,
+    """One case of the benchmark. ``k`` is None for methods that draft nothing,
     else the label of ``policy`` (``4``, ``"auto"``, ``"confident"``)."""
 
     method: str
@@ -80,7 +80,7 @@ def label(policy: DraftPolicy) -> int | str:
     return int(text) if text.isdigit() else text
 
 
-def grid(methods, batches, ks) -> list[Case]:
+def all_cases(methods, batches, ks) -> list[Case]:
     """Every case: speculative methods at each ``k`` (ints, names or policies,
     each converted once and its object shared by its cases); assisted only
     at batch 1 (transformers refuses larger batches); ``custom_generate``
@@ -172,7 +172,7 @@ def run(pair, plan: Plan, progress=lambda it, total: it) -> dict:
     pool = pair.prompts(count, plan.seed)
     with torch.no_grad():
         expected = [reference_greedy(pair.target, p, plan.max_new_tokens, pair.eos_token_id) for p in pool]
-    cases = grid(plan.methods, plan.batches, plan.ks)
+    cases = all_cases(plan.methods, plan.batches, plan.ks)
     cells = {c: Cell(c, max(c.batch * plan.prompts_per_batch, plan.min_prompts)) for c in cases}
     priced = pair.draft is not None
     prices: list[tuple] = []  # per counted pass: (Costs, {batch: {model: prefill seconds}})
@@ -239,8 +239,8 @@ def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> 
         cell.ideal_speedup = priced_generate / cell.call_seconds
 
 
-#: Passes over the cost table in each counted pass of the grid (after one untimed pass); the
-#: table that prices the runs is the cell-by-cell median over the grid's passes.
+#: Passes over the cost table in each counted pass over the cases (after one untimed pass); the
+#: table that prices the runs is the cell-by-cell median over those passes.
 COST_REPEATS = 1
 
 

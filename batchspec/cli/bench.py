@@ -83,13 +83,13 @@ def register(subparsers) -> None:
 
 
 #: (batch sizes, max_new_tokens, repeats) when not given: the embedded and tiny pairs
-#: take the whole grid; a real pair (seconds per forward call on a CPU) a run of minutes
+#: take every case; a real pair (seconds per forward call on a CPU) a run of minutes
 SMALL_PAIR_PLAN, REAL_PAIR_PLAN = ([1, 4, 8, 16, 32], 48, 5), ([1, 4, 8], 16, 2)
 
 
 def fill_plan_defaults(args) -> None:
     """The plan's defaults for ``args.pair``: a real pair gets batch 1, 4 and 8,
-    16 tokens, 2 repeats (the whole grid would take hours on a CPU)."""
+    16 tokens, 2 repeats (every case would take hours on a CPU)."""
     small = args.pair in (None, "default") or args.pair.startswith("tiny-")
     defaults = SMALL_PAIR_PLAN if small else REAL_PAIR_PLAN
     for name, value in zip(("batch_sizes", "max_new_tokens", "repeats"), defaults):

@@ -13,7 +13,7 @@ process CPU time (CUDA-event time on a GPU), which a neighbour's load moves
 far less than wall time. When those paired ratios spread more than ±15 %
 the machine was too unsteady for a figure: speedup then reads "unsteady",
 and the line under the table gives the range. Below the table: time s split
-into the draft / verify / align / other phases (the checked pass's).
+into the draft / verify / realign / other phases (the checked pass's).
 
 With ``--sample`` both methods sample (Spec §4.3.2) and each is checked
 against its per-position reference (exact = outputs identical to it); a

@@ -62,7 +62,7 @@ def grid_cells(trace, step: dict) -> Cells:
 
     Draft steps add a ``drafted`` column per draft. A verify step adds
     ``k' + 1`` columns: the ``m_i`` accepted drafts, the bonus, then the
-    rejected drafts. After ``align``, the ``a_i`` tokens the round appended
+    rejected drafts. After ``realign``, the ``a_i`` tokens the round appended
     are marked ``accepted`` (the last one ``bonus`` when the round had one).
     """
     obs = step["observation"]
@@ -71,7 +71,7 @@ def grid_cells(trace, step: dict) -> Cells:
     for i, request in enumerate(obs["requests"]):
         row_kinds = _row_kinds(obs, i, len(trace.header["prompts"][request]))
         row_tokens = list(obs["tokens"][i])
-        if step["step"] == "align" and decision is not None:
+        if step["step"] == "realign" and decision is not None:
             _mark_appended(row_kinds, decision, request)
         extra_kinds, extra_tokens = _speculative(step, decision, i)
         kinds.append(row_kinds + extra_kinds)

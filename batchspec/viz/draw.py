@@ -262,12 +262,12 @@ def draw_round(trace, round: int, batch: int = 0, last: int | str | None = FIT):
     """A round as small multiples: last draft step → verify → unpad–append–repad."""
     steps = trace.round_steps(round, batch)
     picked = [s for s in steps if s["step"] == "draft"][-1:] + \
-             [s for s in steps if s["step"] in ("verify", "align")][:2]
+             [s for s in steps if s["step"] in ("verify", "realign")][:2]
     grids = [c.grid_cells(trace, s) for s in picked]
-    names = {"draft": "1. draft", "verify": "2. verify", "align": "3. unpad – append – repad"}
+    names = {"draft": "1. draft", "verify": "2. verify", "realign": "3. unpad – append – repad"}
     for grid, s in zip(grids, picked):
         grid.title = f"round {round}, {names[s['step']]}"
-        if s["step"] == "align" and s["decision"]:
+        if s["step"] == "realign" and s["decision"]:
             grid.title += "   δ = " + ", ".join(str(d) for d in s["decision"]["delta"])
     return _picture(grids, trace.header.get("alphabet"), last)
 

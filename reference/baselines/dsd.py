@@ -64,7 +64,7 @@ def dsd_round(models, grid: g.Grid, config, outputs):
                          grid.width + grow, bool(shift.any()) or stay.numel() < grid.batch)
     if not stay.numel():
         grid.tokens = grid.tokens[:0]
-        yield Event("align", "finish", grid, [], None, record)
+        yield Event("realign", "finish", grid, [], None, record)
         return
     # 3. Repad without unpadding: new slot s of row i is old slot s - (A - a_i), caches too.
     width = grid.width + grow
@@ -75,7 +75,7 @@ def dsd_round(models, grid: g.Grid, config, outputs):
     grid.pad, grid.length = grid.pad + shift, grid.length + a[stay]
     grid.tokens = torch.where(source < 0, FILLER, tokens)
     grid.mask = _no_mask(grid, width)
-    yield g.event("align", "align", grid, [], record=record)
+    yield g.event("realign", "realign", grid, [], record=record)
 
 
 #: ``decode(models, prompts, requests, config)``: one batch the dsd way.

@@ -64,7 +64,7 @@ def masking_round(models, grid: g.Grid, config, outputs):
                          grid.width + grow, stay.numel() < grid.batch)
     if not stay.numel():
         grid.tokens = grid.tokens[:0]
-        yield Event("align", "finish", grid, [], None, record)
+        yield Event("realign", "finish", grid, [], None, record)
         return
     # 4. Append A slots per row, moving nothing: drafts d_1..d_{A-1} (those past m_i are
     #    rejected: kept in the grid and the caches, zeroed in the mask), then the bonus.
@@ -80,7 +80,7 @@ def masking_round(models, grid: g.Grid, config, outputs):
     else:
         for cache in (grid.target_cache, grid.draft_cache):
             crop_to(cache, cached)
-    yield g.event("align", "align", grid, [], record=record)
+    yield g.event("realign", "realign", grid, [], record=record)
 
 
 #: ``decode(models, prompts, requests, config)``: one batch the masking way.

@@ -17,7 +17,7 @@ def test_demo_reports_exact_match_and_phases(capsys):
     assert spec["exact"] == "3/3"
     assert 1.0 <= spec["tok/call"] <= 5.0
     assert spec["draft"] > 0 and base["draft"] == 0
-    assert all(spec[f"{p} s"] >= 0 for p in ("draft", "verify", "align", "other"))
+    assert all(spec[f"{p} s"] >= 0 for p in ("draft", "verify", "realign", "other"))
     assert spec["check s"] > 0 and base["speedup"] == "1.00x"
     # timed passes run unchecked, interleaved; the speedup is the median of the baseline's time over this
     # one, paired pass by pass, by process CPU time (on a CPU); time s is the median wall time

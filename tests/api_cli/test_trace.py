@@ -39,7 +39,7 @@ def test_recording_changes_nothing_and_sees_what_the_checker_sees(method):
 
 def test_masking_first_violation_is_i1_in_the_first_ragged_round():
     first = traced("masking", RAGGED_AT_2).first_violation()
-    assert (first["invariant"], first["round"], first["step"]) == ("I1", 2, "align")
+    assert (first["invariant"], first["round"], first["step"]) == ("I1", 2, "realign")
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -76,7 +76,7 @@ def test_decision_bonus_delta_and_leaving_match_the_grid():
             # Spec §4.4: the row's content is its old content plus the a_i committed tokens
             old = verify["tokens"][i][verify["pad"][i]:]
             assert after["tokens"][j][after["pad"][j]:] == old + row
-    assert any(d != 0 for s in rounds if s["step"] == "align" for d in s["decision"]["delta"] if d is not None)
+    assert any(d != 0 for s in rounds if s["step"] == "realign" for d in s["decision"]["delta"] if d is not None)
 
 
 def _content_sources(step, model="target"):
@@ -92,7 +92,7 @@ def test_provenance_after_a_correct_realignment_is_the_shift_by_delta():
     recorded = traced()
     checked = 0
     for s in recorded.steps:
-        if s["step"] != "align":
+        if s["step"] != "realign":
             continue
         delta = dict(zip(s["decision"]["requests"], s["decision"]["delta"]))
         for model in ("target", "draft"):
@@ -107,18 +107,18 @@ def test_provenance_shows_a_permuted_gather():
     """The permuted_rows fault takes cache rows from the wrong batch row: the
     provenance names another request, and the cached token is not the grid's."""
     recorded = traced(fault="permuted_rows", prompts=RAGGED_AT_2)
-    wrong = [(request, source) for s in recorded.steps if s["step"] == "align"
+    wrong = [(request, source) for s in recorded.steps if s["step"] == "realign"
              for request, _, source, token, grid in _content_sources(s) if source[0] != request]
     assert wrong
     first = recorded.first_violation()
     # the structural checks cannot see it; the default checks' I6 (cache provenance) can, at once
-    assert (first["invariant"], first["round"], first["step"]) == ("I6", 2, "align")
+    assert (first["invariant"], first["round"], first["step"]) == ("I6", 2, "realign")
 
 
 def test_semantic_fault_trace_names_the_invariant():
     recorded = traced(fault="permuted_rows", prompts=RAGGED_AT_2, semantic=True)
     first = recorded.first_violation()
-    assert (first["invariant"], first["round"], first["step"]) == ("I3", 2, "align")
+    assert (first["invariant"], first["round"], first["step"]) == ("I3", 2, "realign")
     assert recorded.header["fault"] == "permuted_rows" and recorded.header["settings"]["semantic"]
 
 

@@ -302,17 +302,17 @@ def test_viewer_steps_to_masking_first_ragged_round_and_shows_i1(browser, server
     step = browser.find_element(By.CSS_SELECTOR, '.bsv-controls button[data-action="next"]')
     for _ in range(200):  # the reader's way: one step at a time
         masking = panes(browser)["masking"]
-        if masking.get_attribute("data-round") == str(ragged) and masking.get_attribute("data-step") == "align":
+        if masking.get_attribute("data-round") == str(ragged) and masking.get_attribute("data-step") == "realign":
             break
         step.click()
     else:
-        pytest.fail(f"never reached the align step of round {ragged}")
+        pytest.fail(f"never reached the realign step of round {ragged}")
     screenshot(browser, "step-through-first-ragged-round")
     masking, eqspec = panes(browser)["masking"], panes(browser)["EQSPEC"]
     flagged = masking.find_elements(By.CSS_SELECTOR, '.bsv-violation[data-invariant="I1"]')
     assert flagged and "rectangular_alignment" in flagged[0].text
     assert f"round {ragged}" in flagged[0].text
-    assert eqspec.get_attribute("data-violations") == "" and eqspec.get_attribute("data-step") == "align"
+    assert eqspec.get_attribute("data-violations") == "" and eqspec.get_attribute("data-step") == "realign"
     assert "every invariant holds" in eqspec.find_element(By.CSS_SELECTOR, ".bsv-violations").text
     assert eqspec.find_elements(By.CSS_SELECTOR, ".bsv-moved")  # EQSPEC's repad moved cache slots
     browser.find_element(By.CSS_SELECTOR, '.bsv-controls button[data-action="prev"]').click()
@@ -320,7 +320,7 @@ def test_viewer_steps_to_masking_first_ragged_round_and_shows_i1(browser, server
     open_page(browser, server + "step-through/")  # the shortcut lands on the same step
     browser.find_element(By.CSS_SELECTOR, 'button[data-action="next-violation"]').click()
     masking = panes(browser)["masking"]
-    assert (masking.get_attribute("data-round"), masking.get_attribute("data-step")) == (str(ragged), "align")
+    assert (masking.get_attribute("data-round"), masking.get_attribute("data-step")) == (str(ragged), "realign")
     assert masking.get_attribute("data-violations").split()[0] == "I1"
     assert console_errors(browser) == []
 

@@ -45,15 +45,15 @@ def test_step_through_page_claims_hold_on_the_traces_it_shows(docs_site):
     for mine, theirs in zip(eqspec.steps[:upto], masking.steps[:upto]):
         assert (mine["step"], mine["observation"]["tokens"], mine["observation"]["draft_tokens"]) == \
                (theirs["step"], theirs["observation"]["tokens"], theirs["observation"]["draft_tokens"])
-    assert len(set(eqspec.find(1, "align")["decision"]["appended"])) > 1
+    assert len(set(eqspec.find(1, "realign")["decision"]["appended"])) > 1
     # 1. ...but not the same caches: masking's prefill feeds both models, EQSPEC's feeds nothing
     assert [c["model"] for c in masking.steps[0]["observation"]["calls"]] == ["target", "draft"]
     assert eqspec.steps[0]["observation"]["calls"] == []
     assert {c["length"] for c in eqspec.steps[0]["observation"]["caches"].values()} == {0}
-    # 3. masking breaks I1 at that align; EQSPEC repads (some δ_i != 0) and breaks nothing
+    # 3. masking breaks I1 at that realign step; EQSPEC repads (some δ_i != 0) and breaks nothing
     first = masking.first_violation()
-    assert (first["invariant"], first["round"], first["step"]) == ("I1", 1, "align")
-    assert any(eqspec.find(1, "align")["decision"]["delta"]) and eqspec.violations == []
+    assert (first["invariant"], first["round"], first["step"]) == ("I1", 1, "realign")
+    assert any(eqspec.find(1, "realign")["decision"]["delta"]) and eqspec.violations == []
     # 4. masking feeds wrong positions in round 2 and drifts; EQSPEC equals the target alone
     assert any(v["invariant"] == "I2" for s in masking.round_steps(2) for v in s["violations"])
     target, _ = load_default_pair(torch.float64)

@@ -54,7 +54,7 @@ def test_verify_grid_shows_accepted_bonus_rejected_in_order():
 
 def test_align_grid_marks_the_tokens_the_round_appended():
     recorded = traced()
-    for s in steps(recorded, "align"):
+    for s in steps(recorded, "realign"):
         cells, obs, d = c.grid_cells(recorded, s), s["observation"], s["decision"]
         verify = recorded.find(s["round"], "verify")["observation"]
         for j, request in enumerate(obs["requests"]):
@@ -67,7 +67,7 @@ def test_align_grid_marks_the_tokens_the_round_appended():
 def test_masking_holes_are_rejected_cells_and_the_violation_sits_on_the_first():
     recorded = traced("masking", prompts=RAGGED_AT_2)
     holes = 0
-    for s in steps(recorded, "align"):
+    for s in steps(recorded, "realign"):
         cells, obs = c.grid_cells(recorded, s), s["observation"]
         for i, row in enumerate(obs["mask"]):
             in_grid = cells.kinds[i][: len(row)]
@@ -115,7 +115,7 @@ def test_cache_cells_and_shift_arrows_follow_the_provenance():
         for model in ("target", "draft"):
             kinds = {k for row in c.cache_cells(s, model).kinds for k in row}
             assert not kinds & {"foreign", "unknown"}, (s["index"], model)
-        if s["step"] == "align":
+        if s["step"] == "realign":
             before = recorded.steps[s["index"] - 1]
             delta = dict(zip(s["decision"]["requests"], s["decision"]["delta"]))
             for rb, sb, ra, sa, d in c.shift_arrows(before, s):
@@ -124,7 +124,7 @@ def test_cache_cells_and_shift_arrows_follow_the_provenance():
                 arrows += 1
     assert arrows > 0
     broken = traced("eqspec", "permuted_rows", RAGGED_AT_2)
-    assert any("foreign" in row for s in steps(broken, "align") for row in c.cache_cells(s).kinds)
+    assert any("foreign" in row for s in steps(broken, "realign") for row in c.cache_cells(s).kinds)
 
 
 def test_every_picture_draws_one_rectangle_per_cell():
@@ -140,7 +140,7 @@ def test_every_picture_draws_one_rectangle_per_cell():
     drawn = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and p.get_fill()]
     assert len(drawn) == cells.shape[0] * cells.shape[1]
     for figure in (viz.draw_positions(recorded, verify), viz.draw_round(recorded, 2),
-                   viz.draw_shift(recorded, verify, recorded.find(2, "align")), viz.draw_violation(recorded)):
+                   viz.draw_shift(recorded, verify, recorded.find(2, "realign")), viz.draw_violation(recorded)):
         assert figure.axes and all(ax.patches for ax in figure.axes if ax.get_title())
     with pytest.raises(ValueError, match="no violation"):
         viz.draw_violation(traced())
@@ -168,10 +168,10 @@ def test_tutorial_setup_reads_the_environment_and_says_when_it_falls_back(monkey
 
 
 def _pictures(recorded):
-    verify, align = recorded.find(2, "verify"), recorded.find(2, "align")
+    verify, realign = recorded.find(2, "verify"), recorded.find(2, "realign")
     return {"grid": viz.draw_grid(recorded, verify), "positions": viz.draw_positions(recorded, verify),
-            "round": viz.draw_round(recorded, 2), "shift": viz.draw_shift(recorded, verify, align),
-            "cache": viz.draw_cache(align), "violation": viz.draw_violation(recorded),
+            "round": viz.draw_round(recorded, 2), "shift": viz.draw_shift(recorded, verify, realign),
+            "cache": viz.draw_cache(realign), "violation": viz.draw_violation(recorded),
             "cells": viz.draw_cells(c.grid_cells(recorded, verify)).figure}
 
 
@@ -212,8 +212,8 @@ def test_the_realignment_arrows_stay_in_their_row():
 
     matplotlib.use("Agg")
     recorded = traced()
-    align = next(s for s in steps(recorded, "align") if any(s["decision"]["delta"]))
-    fig = viz.draw_shift(recorded, recorded.steps[align["index"] - 1], align, last=None)
+    realign = next(s for s in steps(recorded, "realign") if any(s["decision"]["delta"]))
+    fig = viz.draw_shift(recorded, recorded.steps[realign["index"] - 1], realign, last=None)
     ax = fig.axes[0]
     lines = [tick.get_position()[1] for tick in ax.get_yticklabels()]  # row centres, before/after per row
     arrows = [(a.xyann[1], a.xy[1]) for a in ax.texts if hasattr(a, "xyann")]

@@ -31,12 +31,12 @@ from batchspec.invariants.verification import greedy_verification
 #: with the default checks, with semantic checks
 CAUGHT = {
     "position_counter": (("I2", 2, "draft"), ("I2", 2, "draft"), ("I2", 2, "draft")),
-    "shared_offset": (("I3", 3, "align"), ("I6", 2, "align"), ("I3", 2, "align")),
-    "draft_unaligned": (None, ("I6", 2, "align"), ("I3", 2, "align")),
+    "shared_offset": (("I3", 3, "realign"), ("I6", 2, "realign"), ("I3", 2, "realign")),
+    "draft_unaligned": (None, ("I6", 2, "realign"), ("I3", 2, "realign")),
     "bonus_from_draft": (("I5", 2, "verify"), ("I5", 2, "verify"), ("I5", 2, "verify")),
-    "keep_rejected_slot": (None, ("I6", 2, "align"), ("I3", 2, "align")),
-    "permuted_rows": (None, ("I6", 2, "align"), ("I3", 2, "align")),
-    "pad_from_token_id": (None, ("I6", 1, "align"), ("I3", 1, "align")),
+    "keep_rejected_slot": (None, ("I6", 2, "realign"), ("I3", 2, "realign")),
+    "permuted_rows": (None, ("I6", 2, "realign"), ("I3", 2, "realign")),
+    "pad_from_token_id": (None, ("I6", 1, "realign"), ("I3", 1, "realign")),
 }
 MODES = ("structural", True, "semantic")
 

@@ -47,7 +47,7 @@ def test_positions_counting_slots_are_still_caught():
 def grid(mask_rows, length=None):
     mask = torch.tensor(mask_rows)
     c = length or mask.sum(1).tolist()
-    return Observation(1, "align", torch.ones_like(mask), mask, [mask.shape[1] - x for x in c], c, {})
+    return Observation(1, "realign", torch.ones_like(mask), mask, [mask.shape[1] - x for x in c], c, {})
 
 
 def test_I1_hole_alignment_fires_and_is_silent():

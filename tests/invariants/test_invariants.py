@@ -37,9 +37,9 @@ def first(obs_list, step, **where):
 
 
 def ragged_boundary(obs_list):
-    """An align observation whose rows have different padding."""
+    """A realign observation whose rows have different padding."""
     for o in obs_list:
-        if o.step == "align" and len(set(o.pad)) > 1 and min(o.pad) == 0 and max(o.pad) > 0:
+        if o.step == "realign" and len(set(o.pad)) > 1 and min(o.pad) == 0 and max(o.pad) > 0:
             return o
     raise LookupError("no ragged boundary")
 
@@ -56,8 +56,8 @@ def test_registry_order_and_ids():
 def test_silent_on_every_step_of_a_valid_run(run):
     target, draft, obs = run
     steps = {o.step for o in obs}
-    assert steps == {"prefill", "draft", "verify", "align"}
-    assert any(len(set(o.pad)) > 1 for o in obs if o.step == "align")  # ragged really happened
+    assert steps == {"prefill", "draft", "verify", "realign"}
+    assert any(len(set(o.pad)) > 1 for o in obs if o.step == "realign")  # ragged really happened
     oracle = hf_oracle({"target": target, "draft": draft})
     for o in obs:
         assert violations(o, oracle=oracle) == []
@@ -178,7 +178,7 @@ def test_check_raises_with_fields(run):
     with pytest.raises(InvariantViolation) as info:
         check(o)
     err = info.value
-    assert (err.invariant, err.round, err.step, err.row) == ("I1", o.round, "align", 0)
+    assert (err.invariant, err.round, err.step, err.row) == ("I1", o.round, "realign", 0)
     assert "I1 rectangular_alignment" in str(err) and "row 0" in str(err)
 
 

@@ -34,7 +34,7 @@ def ledger_before(obs_list, n: int) -> Ledger:
 
 
 def ragged_align(obs_list) -> int:
-    return next(n for n, o in enumerate(obs_list) if o.step == "align" and len(set(o.pad)) > 1)
+    return next(n for n, o in enumerate(obs_list) if o.step == "realign" and len(set(o.pad)) > 1)
 
 
 def test_silent_on_every_step_of_a_valid_run(run):
@@ -84,7 +84,7 @@ def test_I7_fires_when_the_grid_gains_another_token(run):
     assert (v.invariant, v.row) == ("I7", 1) and v.actual[-1] == int(o.tokens[1, -1])
 
 
-def grid(rows, step="align", committed=None):
+def grid(rows, step="realign", committed=None):
     tokens = torch.tensor(rows)
     return Observation(1, step, tokens, torch.ones_like(tokens), [0] * len(rows), [len(r) for r in rows], {},
                        draft_tokens=tokens[:, :0], committed=committed)
@@ -103,9 +103,9 @@ def test_glue_mistakes_are_value_errors_naming_the_field():
     cases = {
         "Observation.committed": grid([[1, 2, 3]], "verify"),
         "Observation.draft_tokens": Observation(1, "draft", torch.tensor([[1, 2, 3]]), torch.ones(1, 3), [0], [3], {}),
-        "ForwardCall.model": Observation(1, "align", torch.tensor([[1, 2, 3]]), torch.ones(1, 3), [0], [3], {},
+        "ForwardCall.model": Observation(1, "realign", torch.tensor([[1, 2, 3]]), torch.ones(1, 3), [0], [3], {},
                                          [ForwardCall("Target", *list(vars(call).values())[1:])]),
-        "Observation.caches": Observation(1, "align", torch.tensor([[1, 2, 3]]), torch.ones(1, 3), [0], [3],
+        "Observation.caches": Observation(1, "realign", torch.tensor([[1, 2, 3]]), torch.ones(1, 3), [0], [3],
                                           {"verifier": CacheView([])}),
         "Observation.step": Observation(1, "decode", torch.tensor([[1, 2, 3]]), torch.ones(1, 3), [0], [3], {}),
     }

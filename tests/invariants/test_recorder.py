@@ -53,7 +53,7 @@ def test_a_correct_outside_decoder_is_exact_and_silent(family):
 
 
 #: bug -> first violation (invariant, step, model) in the default mode
-DEFAULT = {"batch_min": ("I6", "align", "target"), "rejected": ("I7", "align", None)}
+DEFAULT = {"batch_min": ("I6", "realign", "target"), "rejected": ("I7", "realign", None)}
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama"])

@@ -91,7 +91,7 @@ def test_masking_raises_I1_at_the_first_ragged_round():
     with pytest.raises(batchspec.InvariantViolation) as caught:
         run("masking", RAGGED_AT_2, check=True)
     v = caught.value
-    assert (v.invariant, v.round, v.step) == ("I1", ragged, "align")
+    assert (v.invariant, v.round, v.step) == ("I1", ragged, "realign")
     # the rows that accepted fewer than the most now have holes: p_i + c_i < L
     assert v.actual["p_i"] + v.actual["c_i"] < 4 + 4 + 4 + 2  # L after round 2: 6 + 4 + 4
 
@@ -99,7 +99,7 @@ def test_masking_raises_I1_at_the_first_ragged_round():
 def test_masking_record_mode_timeline_and_drift():
     result = run("masking", RAGGED_AT_2, check="record")
     timeline = [(v.invariant, v.round, v.step) for v in result.violations]
-    assert timeline[0] == ("I1", 2, "align") and all(r >= 2 for _, r, _ in timeline)
+    assert timeline[0] == ("I1", 2, "realign") and all(r >= 2 for _, r, _ in timeline)
     # the next round's first call feeds positions past the hole (Spec §3.2)
     assert ("I2", 3, "draft") in timeline
     # it ran to the end, and the output drifted from the target's greedy output
@@ -114,7 +114,7 @@ def test_masking_observation_records_its_real_holes():
     config = DecodeConfig(k=Fixed(K), max_new_tokens=N, eos=None, batch_size=3)
     decoder = masking.decode(Models(target, draft), RAGGED_AT_2, [0, 1, 2], config)
     with torch.no_grad():
-        event = next(e for e in decoder if e.step == "align" and e.state.round == 2)
+        event = next(e for e in decoder if e.step == "realign" and e.state.round == 2)
     obs = event.observe()
     holes = [(row == 0).nonzero().flatten().tolist() for row in obs.mask]
     assert any(h and max(h) > obs.pad[i] for i, h in enumerate(holes))  # a zero after content

@@ -44,9 +44,9 @@ def test_acceptance_moves_the_choice():
 
 def test_acceptance_estimate_counts_tried_drafts():
     policy = Auto(costs=flat_costs(0.0, 1.0, 0.0), prior_weight=0.0)
-    policy.observe(4, [4, 0, 2])  # tried 4, 1 and 3 drafts
+    policy.learn(4, [4, 0, 2])  # tried 4, 1 and 3 drafts
     assert policy.alpha == pytest.approx(6 / 8)
-    policy.observe(0, [0, 0, 0])  # a round without drafts teaches nothing
+    policy.learn(0, [0, 0, 0])  # a round without drafts teaches nothing
     assert policy.alpha == pytest.approx(6 / 8)
 
 
@@ -59,7 +59,7 @@ class Scripted(DraftPolicy):
     def choose(self, batch):
         return self.ks[len(self.seen) % len(self.ks)]
 
-    def observe(self, drafted, accepted):
+    def learn(self, drafted, accepted):
         self.seen.append(drafted)
 
 
@@ -135,10 +135,10 @@ def test_plain_decoding_is_not_absorbing_the_probe_moves_the_estimate():
     costs = flat_costs(0.2, 1.0, 1.0)  # a verify token costs as much as the call: drafting needs a high alpha
     assert best_k(costs, 4, alpha=0.0) == 0 and best_k(costs, 4, alpha=0.9) > 0
     policy = Auto(costs=costs)
-    policy.observe(4, [0, 0, 0, 0] * 3)  # every first draft rejected: alpha 2 / 16
+    policy.learn(4, [0, 0, 0, 0] * 3)  # every first draft rejected: alpha 2 / 16
     assert policy.choose(4) == 0
     for _ in range(5):
-        policy.observe(0, [0, 0, 0, 0])  # a round without drafts: nothing tried
+        policy.learn(0, [0, 0, 0, 0])  # a round without drafts: nothing tried
     assert policy.choose(4) == 0  # frozen, as it was before the probe existed
     for _ in range(10):
         policy.probe([1, 1, 1, 1])  # the draft's choice matched the target's in every row

@@ -157,10 +157,10 @@ def test_release_from_the_wrong_row_is_caught_by_semantic_i3(pairs, greedy_refer
     steps = dataclasses.replace(EXSPEC_STEPS, release=release_by_position)
     with pytest.raises(InvariantViolation) as caught:
         run_with(pairs, steps, "semantic")
-    assert caught.value.invariant == "I3" and caught.value.step == "align"
+    assert caught.value.invariant == "I3" and caught.value.step == "realign"
     with pytest.raises(InvariantViolation) as default:  # the default checks see it too, by provenance
         run_with(pairs, steps, True)
-    assert (default.value.invariant, default.value.step) == ("I6", "align")
+    assert (default.value.invariant, default.value.step) == ("I6", "realign")
     assert default.value.round == caught.value.round
     outputs = run_with(pairs, steps, "structural")  # structurally fine, and wrong
     target, _ = pairs("llama", "perturbed")
@@ -182,7 +182,7 @@ def form_without_shift(models, members, round_, reuse=(None, None)):
 def test_fallback_without_cache_shift_is_caught_by_semantic_i3(pairs):
     with pytest.raises(InvariantViolation) as caught:
         run_with(pairs, dataclasses.replace(EXSPEC_STEPS, form=form_without_shift), "semantic")
-    assert caught.value.invariant == "I3" and caught.value.step == "align"
+    assert caught.value.invariant == "I3" and caught.value.step == "realign"
     assert caught.value.model == "target" and "fresh single-sequence forward" in str(caught.value)
 
 
@@ -198,7 +198,7 @@ def release_one_slot_long(state, grid, length, rows):
 def test_release_with_a_cache_slot_too_many_is_caught_by_i3(pairs):
     with pytest.raises(InvariantViolation) as caught:
         run_with(pairs, dataclasses.replace(EXSPEC_STEPS, release=release_one_slot_long), True)
-    assert caught.value.invariant == "I3" and caught.value.step == "align"
+    assert caught.value.invariant == "I3" and caught.value.step == "realign"
     assert "L - 1" in str(caught.value)
 
 

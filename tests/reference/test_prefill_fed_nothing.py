@@ -87,7 +87,7 @@ def watched(steps):
             while True:
                 event = next(decoder)
                 steps_seen += event.step != "finish"
-                if event.step in ("prefill", "align"):
+                if event.step in ("prefill", "realign"):
                     s = event.state
                     w.boundary(s.tokens, attention_mask(s.pad, s.width), s.requests)
         except StopIteration as stop:

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from batchspec.reference.draft_policy import Fixed
-from _exhaustive import AbstractWalk, Cell, Failure, Pair, Replay, Tally, Tree, grid, sweep, trees_of
+from _exhaustive import AbstractWalk, Cell, Failure, Pair, Replay, Tally, Tree, cells, sweep, trees_of
 from _spec_helpers import PROMPTS, as_function, cut, greedy_continuation, one_thread, spec_namespace
 from batchspec.faults import CATALOGUE
 from batchspec.models import tiny
@@ -37,12 +37,12 @@ from batchspec.reference.eqspec import eqspec_round
 from batchspec.reference.state import RowOutput
 
 #: Default (CI): two rounds, batch 1..3, k 1..3, every EOS placement for batch 1..2.
-DEFAULT = grid((1, 2, 3), (1, 2, 3), 2, eos_batches=(1, 2), eos_ks=(1, 2, 3))
+DEFAULT = cells((1, 2, 3), (1, 2, 3), 2, eos_batches=(1, 2), eos_ks=(1, 2, 3))
 DEFAULT_EVERY = 29
 #: What the default covered before the abstract enumeration (k 1..2): it must stay covered.
-TODAY = grid((1, 2, 3), (1, 2), 2, eos_batches=(1, 2), eos_ks=(1, 2))
+TODAY = cells((1, 2, 3), (1, 2), 2, eos_batches=(1, 2), eos_ks=(1, 2))
 #: ``-m slow``: three rounds, batch 1..3, k 1..3, every EOS placement for batch 1..2.
-FULL = grid((1, 2, 3), (1, 2, 3), 3, eos_batches=(1, 2), eos_ks=(1, 2, 3))
+FULL = cells((1, 2, 3), (1, 2, 3), 3, eos_batches=(1, 2), eos_ks=(1, 2, 3))
 FULL_EVERY = 97
 HORIZON = 3 * 4 + 1  # the scripts' length: more than any cell's rounds * (k + 1)
 
@@ -149,7 +149,7 @@ def test_abstract_fault_is_named_by_pattern(spec, pair):
     broken = spec_namespace()
     broken["realign"] = lambda cache, delta, new_pad, new_width: [
         cache[s] if s >= new_pad else None for s in range(new_width - 1)]
-    with pytest.raises(Failure, match=r"B=2 k=2 rounds=2 .*pattern \[\(0, 0\), \(0, 1\)\] .*step 'align'.*'I3'"):
+    with pytest.raises(Failure, match=r"B=2 k=2 rounds=2 .*pattern \[\(0, 0\), \(0, 1\)\] .*step 'realign'.*'I3'"):
         run(broken, pair, [SMALL], 0)
 
 
@@ -206,6 +206,6 @@ def test_replay_checks_fire(spec, pair):
     different final outputs, each named by pattern."""
     replay = Replay(spec, pair, SMALL, [((0, 0),)])
     with pytest.raises(Failure, match=r"pattern \[\(0, 0\)\].*more steps"):
-        replay.step(None, spec["Observation"]("align", None), ((0, 0),))
+        replay.step(None, spec["Observation"]("realign", None), ((0, 0),))
     with pytest.raises(Failure, match=r"pattern \[\(0, 0\)\].*tensor outputs"):
         replay.descend(None, None, {0: RowOutput([5])}, {0: {"tokens": [6], "stop": None}}, ((0, 0),), {})

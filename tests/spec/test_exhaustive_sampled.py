@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from batchspec.reference.draft_policy import Fixed
-from _exhaustive import Cell, Failure, Tree, grid, trees_of
+from _exhaustive import Cell, Failure, Tree, cells, trees_of
 from _spec_helpers import PROMPTS, greedy_continuation, one_thread
 from batchspec.invariants import InvariantViolation, check
 from batchspec.models import tiny
@@ -44,8 +44,8 @@ LOGIT = 60.0  # q(y) = 1 / (1 + 95 e^-60): 1.0 in float64, so p(y) / q(y) = p(y)
 REJECT = 1.0 - 2.0 ** -53  # the largest uniform: at or above every p(y) < 1
 WARPING = Warping(temperature=0.8)
 SEED = 7
-SCOPE = grid((1, 2), (1, 2), 2)  # default (CI)
-FULL_SCOPE = grid((1, 2, 3), (1, 2, 3), 2)  # -m slow
+SCOPE = cells((1, 2), (1, 2), 2)  # default (CI)
+FULL_SCOPE = cells((1, 2, 3), (1, 2, 3), 2)  # -m slow
 HORIZON = 2 * 4 + 1
 
 

@@ -141,12 +141,12 @@ def test_each_abstract_invariant_fires(spec):
     assert spec["violations"](obs) == ["I1", "I2", "I4"]
     # I3: a cache slot holding another token's record
     batch = spec["BatchState"]([[3, 1]], [0], [2], [0], [2], {"target": [[((4, 0),)]]})
-    assert spec["violations"](spec["Observation"]("align", batch)) == ["I3"]
+    assert spec["violations"](spec["Observation"]("realign", batch)) == ["I3"]
     # I3: a cache of the wrong length at a boundary
     batch.caches["target"] = [[((3, 0),), ((1, 1),)]]
-    assert spec["violations"](spec["Observation"]("align", batch)) == ["I3"]
+    assert spec["violations"](spec["Observation"]("realign", batch)) == ["I3"]
     batch.caches["target"] = [[((3, 0),)]]
-    assert spec["violations"](spec["Observation"]("align", batch)) == []
+    assert spec["violations"](spec["Observation"]("realign", batch)) == []
     assert spec["wrong_draft_cache_still_exact"](toy(1))
     assert spec["draft_bonus_counterexample"](toy(1))  # I5 alone
 

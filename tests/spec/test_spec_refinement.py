@@ -104,7 +104,7 @@ def test_autoregressive_refines_the_spec(spec):
     with one_thread(), torch.no_grad():
         target, _ = tiny.pair("llama", "self", seed=4)
         steps, _, _ = lockstep(spec, target, None, PROMPTS, 0, 4, [])
-    assert steps == 1 + 4 * 2  # prefill, then verify and align per round
+    assert steps == 1 + 4 * 2  # prefill, then verify and realign per round
 
 
 def test_refinement_check_can_fail(spec):
@@ -172,7 +172,7 @@ def test_code_predicates_agree_with_the_spec(spec):
     toy = spec["toy_model"](1)
     masking, _ = spec["masking_round_two"](toy, [[3], [3]])
     dsd_prefill, dsd_verify, _ = spec["dsd_first_steps"](toy)
-    stale = spec["Observation"]("align", spec["BatchState"]([[3, 1]], [0], [2], [0], [2], {"target": [[((3, 0),)] * 2]}))
+    stale = spec["Observation"]("realign", spec["BatchState"]([[3, 1]], [0], [2], [0], [2], {"target": [[((3, 0),)] * 2]}))
     cases = {
         "masking": (masking, {"rectangular_alignment", "position_continuity", "draft_target_sync"}),
         "dsd prefill": (dsd_prefill, {"rectangular_alignment", "draft_target_sync"}),  # I4 reads prefill calls too

@@ -21,7 +21,7 @@ window.bsvDraw = window.bsvDraw || (function () {
     return id.toString(16).padStart(2, "0");
   }
 
-  // The decision of a round (on its "align" or "finish" step), to colour drafts on the verify step.
+  // The decision of a round (on its "realign" or "finish" step), to colour drafts on the verify step.
   function decisionOf(steps) {
     for (const step of steps) if (step.decision) return step.decision;
     return null;
@@ -34,7 +34,7 @@ window.bsvDraw = window.bsvDraw || (function () {
     const t = c - pad;
     const promptLength = trace.header.prompts[obs.requests[i]].length;
     if (t < promptLength) return "prompt";
-    if (step.step === "align" && decision) {
+    if (step.step === "realign" && decision) {
       const row = decision.requests.indexOf(obs.requests[i]);
       const fresh = row < 0 ? 0 : decision.appended[row];
       const first = obs.length[i] - fresh;
