@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +20,45 @@ torch.set_num_threads(1)  # tiny models: per-call overhead dominates; one thread
 DOCS = Path(__file__).resolve().parent / "docs"
 
 
-def pytest_collection_modifyitems(items):
-    """The ``docs`` marker, set once: every test in tests/docs/, and any test that
-    builds the site (the ``docs_site`` fixture), so ``-m "not docs"`` leaves the build out."""
+#: markers a run selects only when its ``-m`` names them (``-m exhaustive``, ``-m realpair``):
+#: the full exhaustive enumeration, the real pair, a CUDA device
+OPT_IN = ("exhaustive", "realpair", "gpu")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers, and before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Markers set once, so that the plain ``python -m pytest`` runs what CI runs and
+    ``-m "not docs and not slow"`` the core loop (Contributing §2):
+
+    * ``docs``: every test in tests/docs/, and any test that builds the site (the
+      ``docs_site`` fixture); they share one xdist group, so that one worker builds
+      the site once (``-n auto --dist loadgroup`` in pyproject.toml);
+    * ``slow`` on every case of a test marked ``slow_except(*ids)`` but the cases whose
+      id matches one of ``ids`` (``fnmatch`` patterns, as ``--collect-only -q`` prints
+      them): those few stay in the core loop; a pattern that matches no case is an error;
+    * the :data:`OPT_IN` markers deselected unless ``-m`` names them."""
+    patterns: dict = {}
     for item in items:
         if Path(item.fspath).is_relative_to(DOCS) or "docs_site" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docs)
+            item.add_marker(pytest.mark.xdist_group("docs"))
+        mark = item.get_closest_marker("slow_except")
+        if mark is not None:
+            case = item.callspec.id
+            matched = [p for p in mark.args if fnmatch.fnmatchcase(case, p)]
+            patterns.setdefault(item.originalname, (item.nodeid, set(mark.args)))[1].difference_update(matched)
+            if not matched:
+                item.add_marker(pytest.mark.slow)
+    unmatched = {name: (where, left) for name, (where, left) in patterns.items() if left}
+    if unmatched:
+        raise pytest.UsageError("slow_except: no case matches " + "; ".join(
+            f"{sorted(left)} of {where.split('[')[0]}" for where, left in unmatched.values()))
+    named = config.option.markexpr or ""
+    keep = [item for item in items if not any(
+        item.get_closest_marker(m) and not re.search(rf"(?<!not ){m}\b", named) for m in OPT_IN)]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,11 @@ def continuation(prompt) -> list[int]:
 
 #: argument -> (valid values, invalid values)
 VALUES = {
-    "prompts": (st.lists(st.lists(st.integers(2, 95), min_size=1, max_size=6), max_size=4),
+    # a tensor of input_ids without padding is a batch of prompts too (``transformers``' form)
+    "prompts": (st.lists(st.lists(st.integers(2, 95), min_size=1, max_size=6), max_size=4)
+                | st.just(torch.tensor([[3, 4], [5, 6]])),
                 st.sampled_from(["abc", None, 5, [[]], [[3, 96]], [[-1]], [[1.5]], [["7"]], [[True]], [3, 4],
-                                 [[3], "text"], torch.tensor([[3, 4]])])),
+                                 [[3], "text"], torch.tensor([3, 4]), torch.tensor([[3.0, 4.0]])])),
     "draft": (st.just(DRAFT), st.sampled_from([DRAFT32, "draft", [[3]], TARGET.model])),
     "method": (st.sampled_from(EXACT + ("masking", "rollback", "dsd")), st.sampled_from(["beam", None, 3])),
     "num_draft_tokens": (st.integers(1, 5), st.sampled_from([0, -2, 1.0, "2", True, None])),
@@ -93,6 +95,8 @@ def test_exact_or_a_clear_error(case):
         forwards.remove()
     assert broken in (None, "window_size") or (broken, options.get("method")) == ("draft", "autoregressive"), \
         f"{broken} accepted: {options}"
+    if isinstance(prompts, torch.Tensor):
+        prompts = prompts.tolist()
     assert len(result.sequences) == len(prompts)
     if options["method"] in EXACT:
         expected = [cut_at_eos(continuation(p)[: options["max_new_tokens"]], options["eos_token_id"]) for p in prompts]

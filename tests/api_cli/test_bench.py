@@ -18,6 +18,7 @@ SMALL = ["bench", "--pair", "tiny-llama", "--dtype", "float64", "--batch-sizes",
          "--repeats", "2", "-k", "2,auto"]
 
 
+@pytest.mark.slow
 def test_bench_rows_are_exact_and_priced(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     plots = tmp_path / "plots"
@@ -164,6 +165,7 @@ def test_ratios_to_generate_are_paired_pass_by_pass():
         report.rows([generate, Cell(Case("eqspec", 4, 4), 4, seconds=[1.0, 1.0])])
 
 
+@pytest.mark.slow
 def test_the_costs_are_measured_in_every_pass_and_their_median_prices_the_runs(monkeypatch):
     """The forward costs and the prefills are measured once at the start of
     every counted pass (not in the warm-up), so that the table samples the
@@ -278,6 +280,7 @@ def test_rows_carry_both_clocks_and_judge_by_cpu_time_on_a_cpu():
     assert row["verdict_clock"] == "cuda" and row["verdict"] == "slower"
 
 
+@pytest.mark.slow
 def test_auto_calibrates_before_anything_is_timed_once_per_batch_size(monkeypatch):
     """``auto``'s forward costs are measured by the bench before its schedule,
     once per batch size for the one ``Auto`` its cases share; no timed call
@@ -302,6 +305,7 @@ def test_auto_calibrates_before_anything_is_timed_once_per_batch_size(monkeypatc
             assert cell.stats["calibrations"] == []  # the timed calls found the memo full
 
 
+@pytest.mark.slow
 def test_the_table_has_a_legend_and_help_explains_the_columns(capsys):
     from batchspec.bench.report import COLUMNS
 
@@ -315,6 +319,7 @@ def test_the_table_has_a_legend_and_help_explains_the_columns(capsys):
     assert all(head in out for _, head, _, _ in COLUMNS)
 
 
+@pytest.mark.slow
 def test_custom_generate_is_a_bench_method_exact_beside_eqspec_and_never_auto(capsys):
     """The path an HF user types (generate with batchspec's custom_generate folder) runs
     in the same interleaved passes as batchspec.generate, exact, at every k but auto

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 import statistics
 
 from batchspec.cli import main
 
 
+@pytest.mark.slow
 def test_demo_reports_exact_match_and_phases(capsys):
     code = main(["demo", "--prompts", "3", "--batch-size", "3", "--max-new-tokens", "12", "--json"])
     report = json.loads(capsys.readouterr().out)
@@ -28,6 +30,7 @@ def test_demo_reports_exact_match_and_phases(capsys):
     assert spec["time s"] == round(statistics.median(spec["time s per pass"]), 3)
 
 
+@pytest.mark.slow
 def test_demo_table_shows_text(capsys):
     assert main(["demo", "--prompts", "2", "--batch-size", "2", "--max-new-tokens", "6"]) == 0
     out = capsys.readouterr().out

@@ -46,6 +46,7 @@ def test_help_and_version_load_neither_torch_nor_transformers():
     assert loaded_after(["--version"])["heavy"] == []
 
 
+@pytest.mark.slow
 def test_the_check_of_loaded_modules_would_see_a_command_that_loads_torch():
     """The measure above can fail: a command's help imports its module, and with it torch."""
     assert "torch" in loaded_after(["demo", "--help"])["heavy"]
@@ -122,6 +123,7 @@ def readme_demo_rows() -> dict:
     return {m: rest for m, *rest in README_ROW.findall(block)}
 
 
+@pytest.mark.slow
 def test_the_readme_demo_table_shows_what_the_demo_prints(capsys):
     """``batchspec demo`` as the README runs it (its defaults); the time columns vary by machine."""
     assert main(["demo", "--json"]) == 0

@@ -161,6 +161,7 @@ def run(command: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_subprocess_mistakes_are_one_line_without_traceback(tmp_path):
     for argv, words in (("demo --batch-size 0", "expected a positive integer, got 0"),
                         (f"audit {tmp_path}/missing.jsonl", "cannot read")):
@@ -169,6 +170,7 @@ def test_subprocess_mistakes_are_one_line_without_traceback(tmp_path):
         assert done.stderr.count("\n") == 1 and words in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_subprocess_head_exits_quietly(tmp_path):
     """``| head`` closes the pipe long before the 20 000 JSON lines are written."""
     path = tmp_path / "many.jsonl"

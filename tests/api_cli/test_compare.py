@@ -20,6 +20,7 @@ def rows():
     return {(r.method, r.batch_size): r for r in found}
 
 
+@pytest.mark.slow
 def test_eqspec_and_rollback_rows(rows):
     for key in [("eqspec", 1), ("eqspec", 3), ("rollback", 1), ("rollback", 3)]:
         r = rows[key]

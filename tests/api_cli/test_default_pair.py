@@ -40,6 +40,7 @@ def test_held_out_sample_shape_matches_card(card):
     assert 0 <= sample.min().item() and sample.max().item() < byte_tokens.VOCAB_SIZE
 
 
+@pytest.mark.slow
 def test_bits_per_byte_match_card(card, scores):
     target, draft = scores
     expected = card["test_sample"]["bits_per_byte"]
@@ -48,6 +49,7 @@ def test_bits_per_byte_match_card(card, scores):
     assert pair_metrics.bits_per_byte(draft) == pytest.approx(expected["draft"], abs=BPB_TOLERANCE)
 
 
+@pytest.mark.slow
 def test_greedy_agreement_matches_card(card, scores):
     target, draft = scores
     expected = card["test_sample"]["greedy_agreement"]

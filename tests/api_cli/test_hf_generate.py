@@ -65,6 +65,7 @@ def eos_for(target, ids, mask, hit: bool):
     return int(first[3])
 
 
+@pytest.mark.slow_except('eos-hit-left-3-llama', 'eos-hit-right-3-llama')
 @pytest.mark.parametrize("name", ["llama", "gpt2", "qwen3", "default"])
 @pytest.mark.parametrize("batch", [1, 3, 8])
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -81,6 +82,7 @@ def test_same_tensor_as_plain_generate(name, batch, side, hit, pairs, default_pa
     assert out.stats.rounds < NEW  # speculation ran: fewer rounds than tokens
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_the_callable_form_and_exspec_give_the_same_tensor(side, pairs):
     target, draft = pairs("llama", "perturbed")
@@ -121,6 +123,7 @@ def fixed(ks):
     return max(ks) if 4 * ks.count(max(ks)) >= 3 * len(ks) else None
 
 
+@pytest.mark.slow
 def test_num_assistant_tokens_and_the_confidence_threshold_set_the_draft_length(default_pair):
     target, draft = default_pair  # a trained pair: its draft is sometimes sure, sometimes not
     default = rounds_k(target, draft)  # transformers' defaults: 20 drafts at most, stop below 0.4

@@ -45,6 +45,7 @@ def test_watch_stays_silent_on_the_custom_generate_path(pairs):
     assert control.violations
 
 
+@pytest.mark.slow
 def test_the_conformance_vectors_pass_through_transformers_generate(tmp_path, capsys):
     names = export(tmp_path, families=("llama",), classes=())
     command = f"{sys.executable} {Path(__file__).parents[1] / '_hf_conformance_command.py'}"
@@ -63,6 +64,7 @@ def test_the_folder_is_a_hub_custom_generate_repository():
     assert "custom_generate=" in card and "trust_remote_code=True" in card
 
 
+@pytest.mark.slow
 def test_the_folder_runs_offline_from_the_checkout_and_only_when_trusted(pairs):
     script = (
         "import torch, transformers; from batchspec.models.tiny import pair; t, d = pair('llama')\n"
@@ -80,6 +82,7 @@ def test_the_folder_runs_offline_from_the_checkout_and_only_when_trusted(pairs):
                         max_new_tokens=2)
 
 
+@pytest.mark.slow
 def test_the_docs_page_and_the_readme_run_as_printed(capsys):
     root = FOLDER.parent.parent
     page = (root / "docs" / "from-transformers.md").read_text()

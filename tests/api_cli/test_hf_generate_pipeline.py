@@ -30,6 +30,7 @@ def test_the_byte_tokenizer_is_the_pairs_encoding():
     assert tokenizer(text)["input_ids"] == encode(text) and tokenizer.decode(encode(text)) == text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_the_pipeline_at_batch_8_gives_the_texts_of_plain_greedy_decoding(side, default_pair):
     target, draft = default_pair

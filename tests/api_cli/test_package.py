@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import ast
 import pathlib
 import subprocess
@@ -10,6 +11,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_installed_package_imports_from_outside_the_repository(tmp_path):
     code = ("import batchspec, batchspec.reference, batchspec.invariants, batchspec.models;"
             "print(batchspec.generate.__module__, batchspec.invariants.INVARIANTS[0][0])")

@@ -81,6 +81,7 @@ def test_compare_names_what_differs(vectors):
     assert "not {'sequences'" in compare(v, {"tokens": []})
 
 
+@pytest.mark.slow
 def test_a_command_decoder_is_checked_on_one_vector(vectors, capsys):
     folder, _ = vectors
     command = f"{sys.executable} {Path(__file__).parents[1] / '_conformance_command.py'}"

@@ -35,6 +35,7 @@ def budgets(v) -> list[int]:
     return v.get("max_new_tokens_per_request") or [v["max_new_tokens"]] * len(v["prompts"])
 
 
+@pytest.mark.slow
 def test_every_class_has_one_vector_of_the_targets_own_greedy_decoding(vectors):
     folder, by_class = vectors
     assert set(by_class) == set(CLASSES) == {"pad_id_emitted", "eos_in_prompt", *(f"eos_at_slot_{j}" for j in range(4)),
@@ -102,6 +103,7 @@ def test_each_vector_sets_up_its_class(vectors):
     assert len(set(budgets(v))) == len(v["prompts"]) and [len(s) for s in seqs["per_request_budget"]] == budgets(v)
 
 
+@pytest.mark.slow
 def test_the_reference_decoder_passes_every_class(vectors):
     folder, by_class = vectors
     assert check(folder, reference_decoder) == {v["name"]: None for v in by_class.values()}
@@ -163,6 +165,7 @@ BUGS = {
 }
 
 
+@pytest.mark.slow_except('bonus_from_draft')
 @pytest.mark.parametrize("bug", BUGS, ids=str)
 def test_a_planted_bug_fails_exactly_the_vectors_of_its_class(vectors, bug):
     folder, by_class = vectors
@@ -227,6 +230,7 @@ SAMPLED_BUGS = {None: set(), "one_key": set(SAMPLED), "no_warping": {"sampled_wa
                 "target_warped_only": {"sampled_warped"}}
 
 
+@pytest.mark.slow_except('None', 'one_key')
 @pytest.mark.parametrize("bug", SAMPLED_BUGS, ids=str)
 def test_a_sampled_decoder_from_the_uniforms_passes_and_a_planted_bug_fails_its_class(vectors, bug):
     folder, _ = vectors
@@ -246,6 +250,7 @@ def fault(name: str):
     return decode
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, cls", [("bonus_from_draft", "none_accepted"), ("pad_from_token_id", "pad_id_emitted")])
 def test_a_catalogue_fault_fails_its_class(vectors, name, cls):
     folder, _ = vectors

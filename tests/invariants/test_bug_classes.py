@@ -24,6 +24,7 @@ from _catch import check_catch, recorded, runner
 CLASSES = ("offset_block", "zeroed", "bonus_dup", "zero_drafts", "batch_max")
 
 
+@pytest.mark.slow_except('offset_block-right_holes', 'zero_drafts-static')
 @pytest.mark.parametrize("layout", decoders.LAYOUTS)
 @pytest.mark.parametrize("bug", CLASSES)
 def test_each_class_is_caught_at_its_first_wrong_call_with_its_cause(bug, layout):
@@ -54,6 +55,7 @@ def outside(bug=None, layout="repad"):
     return decode
 
 
+@pytest.mark.slow
 def test_the_class_vectors_pass_the_correct_decoder_and_fail_each_planted_bug(tmp_path):
     """Each vector sets the trap of its class (rows accepting different counts in one
     of EQSPEC's rounds); the three traps are the same, so each of these bugs fails

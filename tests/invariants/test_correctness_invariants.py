@@ -60,6 +60,7 @@ def test_batchspec_methods_are_silent(method):
     assert w.calls == N if draft is None else w.calls > N  # autoregressive: one call per token (Spec §4.8)
 
 
+@pytest.mark.slow_except('qwen3')
 @pytest.mark.parametrize("family", sorted(tiny.FAMILIES))
 def test_outside_compact_and_holes_decoders_are_silent(family):
     target, draft = pair(family)
@@ -76,6 +77,7 @@ SHAPES = {
 }
 
 
+@pytest.mark.slow_except("fused and lazy (transformers' own schedule)-llama")
 @pytest.mark.parametrize("family", ["qwen3", "llama", "gpt2"])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_outside_batch_one_shapes_are_silent(family, shape):

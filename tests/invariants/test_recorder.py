@@ -43,6 +43,7 @@ def first_round(bug: str, family: str) -> int:
     raise AssertionError(f"{bug} never acts")
 
 
+@pytest.mark.slow_except('llama')
 @pytest.mark.parametrize("family", sorted(tiny.FAMILIES))
 def test_a_correct_outside_decoder_is_exact_and_silent(family):
     target, draft = pair(family)
@@ -67,6 +68,7 @@ def test_the_default_check_catches_each_outsider_bug_where_it_acts(bug, family):
     assert v.round == first_round(bug, family)
 
 
+@pytest.mark.slow
 def test_what_each_mode_sees_of_the_outsider_bugs():
     """Structural checks see neither bug (right shapes, and I5 holds on the target's own
     logits); semantic I3 sees the batch-minimum crop but not the rejected draft appended:

@@ -15,7 +15,7 @@ violations); after a step that did not, it must equal the shadow that took
 the same step. After every rule: no invariant violated, every request in
 exactly one place (zero lost, zero duplicated), outputs prefixes of the
 batch-1 reference, completed outputs equal to it (cut at the request's own
-budget and EOS). ``test_fault_machine_many_interleavings`` (``-m slow``) runs
+budget and EOS). ``test_fault_machine_many_interleavings`` (``-m exhaustive``) runs
 the same machine with thousands of interleavings and prints its counts.
 """
 
@@ -268,6 +268,7 @@ MACHINE = ("import test_scheduler_faults as t; t.COUNTS.clear(); t.run_machine(6
            "print(t.COUNTS['faults injected'], t.COUNTS['examples'])")
 
 
+@pytest.mark.slow
 def test_fault_machine():
     """CI variant: about 15 s on one core, about 100 faults injected; derandomized,
     so that the count below is the same on every run (a random draw once gave 25).
@@ -292,7 +293,7 @@ def test_fault_machine_catches_a_step_without_rollback(monkeypatch):
         run_machine(60, 20, phases=[Phase.generate])
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_fault_machine_many_interleavings(capsys):
     COUNTS.clear()
     run_machine(1500, 25)

@@ -52,6 +52,7 @@ def without_pad_id(target, prompts):
     return [p for p in prompts if 0 not in plain(target, p)]
 
 
+@pytest.mark.slow_except('llama')
 @pytest.mark.parametrize("name", ["default", "llama", "qwen3"])
 def test_assisted_generation_is_exact_and_silent(name):
     target, draft, prompts = pairs()[name]
@@ -136,6 +137,7 @@ def run_prompts(target, draft, prompts):
     return lambda: [assisted(target, draft, p) for p in prompts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,invariant", [("stale_slot", "C1"), ("neighbour", "C1")])
 def test_planted_cache_bugs_are_caught_at_the_first_wrong_call(kind, invariant):
     target, draft, prompts = pairs()["qwen3"]

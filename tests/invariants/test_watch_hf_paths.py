@@ -45,6 +45,7 @@ def generate(model, prompts, **kwargs):
     return cut(out[:, ids.shape[1]:].tolist())
 
 
+@pytest.mark.slow_except('llama-static', 'mistral-sliding_window', 'gemma3-hybrid')
 @pytest.mark.parametrize("name, implementation", IMPLEMENTATIONS)
 def test_batched_generate_is_exact_and_silent(name, implementation):
     model = build(name)

@@ -49,6 +49,7 @@ def test_stopping_cuts_the_round_frame_to_the_drafts_made():
     assert torch.equal(rnd.mask, attention_mask(pad, 5 + 2))
 
 
+@pytest.mark.slow_except('0.6-exspec')
 @pytest.mark.parametrize("method", ["eqspec", "exspec"])
 @pytest.mark.parametrize("threshold", [0.2, 0.6, 0.95])
 def test_confident_drafting_is_exact_and_keeps_every_invariant(default_pair, method, threshold):
@@ -63,6 +64,7 @@ def test_confident_drafting_is_exact_and_keeps_every_invariant(default_pair, met
     assert any(1 < k < 10 for k in drafted) or (min(drafted) < 10 and max(drafted) > 1), drafted
 
 
+@pytest.mark.slow
 def test_a_higher_threshold_drafts_less(default_pair):
     target, draft, prompts = default_pair
     drafted = {}
@@ -82,6 +84,7 @@ def test_confident_on_a_tiny_pair_is_exact_at_every_threshold(pairs, greedy_refe
         assert result.sequences == [greedy_reference(target, p, 10) for p in prompts]
 
 
+@pytest.mark.slow
 def test_sampled_output_is_the_keyed_output_whatever_the_policy(default_pair):
     target, draft, prompts = default_pair
     runs = [batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=k, max_new_tokens=16,
@@ -90,6 +93,7 @@ def test_sampled_output_is_the_keyed_output_whatever_the_policy(default_pair):
     assert runs[1] == runs[0] and runs[2] == runs[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", ["auto", "confident"])
 def test_the_scheduler_resolves_policies_as_generate_does(default_pair, k):
     target, draft, prompts = default_pair

@@ -157,6 +157,7 @@ class Probing(Scripted):
         self.probes.append((self.seen[-1], list(matches)))
 
 
+@pytest.mark.slow_except('exspec-sampled')
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("method", ["eqspec", "exspec"])
 def test_rounds_without_drafts_probe_acceptance_from_the_catch_up(pairs, method, sampled):

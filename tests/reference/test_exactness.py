@@ -18,6 +18,7 @@ PROMPTS = random_prompts(seed=7, count=8)  # lengths 1..40
 DRAFT_FOR = {1: "self", 3: "perturbed", 5: "unrelated"}
 
 
+@pytest.mark.slow_except('3-3-llama', '1-8-qwen3')
 @pytest.mark.parametrize("family", PAPER_FAMILIES)
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 4, 8])
 @pytest.mark.parametrize("k", [1, 3, 5])
@@ -41,6 +42,7 @@ def _eos_cases(reference: list[int]):
     }
 
 
+@pytest.mark.slow_except('perturbed-several-llama')
 @pytest.mark.parametrize("family", PAPER_FAMILIES)
 @pytest.mark.parametrize("case", ["first_round", "early", "middle", "several"])
 @pytest.mark.parametrize("draft_kind", ["self", "perturbed"])
@@ -101,6 +103,7 @@ def test_semantic_cache_check_on_ragged_run(pairs, greedy_reference):
     assert result.stats.realignments > 0  # the batch really turned ragged
 
 
+@pytest.mark.slow
 def test_autoregressive_method_is_exact(pairs, greedy_reference):
     target, _ = pairs("glm4", "self")
     result = batchspec.generate(target, None, PROMPTS, method="autoregressive", max_new_tokens=NEW,

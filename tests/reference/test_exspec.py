@@ -45,6 +45,7 @@ def expected(greedy_reference, target, prompts, n=NEW, eos=None):
     return [greedy_reference(target, p, n, eos) for p in prompts]
 
 
+@pytest.mark.slow_except('4-5-llama')
 @pytest.mark.parametrize("family", PAPER_FAMILIES)
 @pytest.mark.parametrize("batch_size,k", CASES)
 def test_exspec_equals_batch1_greedy(pairs, greedy_reference, family, batch_size, k):
@@ -59,6 +60,7 @@ def test_exspec_equals_batch1_greedy(pairs, greedy_reference, family, batch_size
     assert all(len(rec.requests) <= batch_size for rec in result.stats.per_round)
 
 
+@pytest.mark.slow_except('several-llama')
 @pytest.mark.parametrize("family", PAPER_FAMILIES)
 @pytest.mark.parametrize("where", [0, 2, "several"])
 def test_eos_cut_matches_generate(pairs, greedy_reference, family, where):
@@ -74,6 +76,7 @@ def test_eos_cut_matches_generate(pairs, greedy_reference, family, where):
         assert reason == ("eos" if seq[-1] in ids else "length")
 
 
+@pytest.mark.slow_except('4-*')
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize("window", [3, 4, 9])
 def test_every_policy_and_window_is_exact(pairs, greedy_reference, policy, window):
@@ -89,6 +92,7 @@ def test_every_policy_and_window_is_exact(pairs, greedy_reference, policy, windo
     assert scheduler.pending == 0 and scheduler.violations == []
 
 
+@pytest.mark.slow
 def test_semantic_cache_check_on_grouped_and_fallback_rounds(pairs, greedy_reference):
     """Every cached key/value, recomputed from scratch after every step, in a
     run where batches both form from a group and fall back."""
@@ -153,6 +157,7 @@ def release_by_position(state, grid, length, rows):
     return members
 
 
+@pytest.mark.slow
 def test_release_from_the_wrong_row_is_caught_by_semantic_i3(pairs, greedy_reference):
     steps = dataclasses.replace(EXSPEC_STEPS, release=release_by_position)
     with pytest.raises(InvariantViolation) as caught:

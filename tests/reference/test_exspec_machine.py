@@ -18,6 +18,7 @@ equals it, and each round accepted exactly what the script forced.
 
 from __future__ import annotations
 
+import pytest
 import dataclasses
 
 from hypothesis import settings
@@ -140,6 +141,7 @@ class ExspecMachine(RuleBasedStateMachine):
             assert {r: o.tokens for r, o in self.scheduler.completed.items()} == self.expected
 
 
+@pytest.mark.slow
 def test_exspec_state_machine():
     with one_thread():
         run_state_machine_as_test(ExspecMachine, settings=settings(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import itertools
 
 from hypothesis import given, settings
@@ -106,6 +107,7 @@ def test_authors_rule_takes_a_full_group_or_the_first_members(w, b):
         assert choice == list(range(n))  # the fallback: the first members, in window order
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(windows, st.integers(1, 5))
 def test_laggards_take_a_starving_member_else_the_shortest_group_else_the_shortest(w, b):

@@ -136,6 +136,7 @@ def test_eqspec_never_grows_its_caches(pairs, monkeypatch):
     assert grown
 
 
+@pytest.mark.slow_except('eqspec')
 @pytest.mark.parametrize("method", ["autoregressive", "eqspec", "exspec"])
 def test_a_finished_batch_frees_its_caches_without_the_cycle_collector(pairs, monkeypatch, method):
     """A cache's storage dies with its last reference, not at the next run of

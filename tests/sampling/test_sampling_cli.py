@@ -3,11 +3,13 @@ scored against the per-position reference; bad sampling flags exit 2."""
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from batchspec.cli import main
 
 
+@pytest.mark.slow
 def test_demo_sample_json(capsys):
     code = main(["demo", "--sample", "--temperature", "0.8", "--prompts", "2", "--batch-size", "2",
                  "--max-new-tokens", "6", "--json"])

@@ -32,6 +32,7 @@ def figures():
     return out
 
 
+@pytest.mark.slow
 def test_speculative_sampling_converges_to_the_target(figures):
     method = figures[None]
     for name in BIASED:
@@ -41,6 +42,7 @@ def test_speculative_sampling_converges_to_the_target(figures):
         assert method["large"] < control["large"] / 3, (name, method, control)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BIASED)
 def test_each_negative_control_is_biased(figures, name):
     """The check can fail: every control is farther from the target than the

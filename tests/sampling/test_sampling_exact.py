@@ -51,6 +51,7 @@ CELLS = [("t1", "llama"), ("t1", "qwen3"), ("t0.6_k5", "qwen3"), ("t0.6_k5", "gl
          ("t1.5_p0.8", "glm4"), ("t0.8_k20_p0.9", "llama")]
 
 
+@pytest.mark.slow_except('t1-llama')
 @pytest.mark.parametrize("setting,family", CELLS)
 def test_sampled_equals_per_position_reference(pairs, sampled_reference, family, setting):
     target, draft = pairs(family, SETTINGS[setting][3])
@@ -74,6 +75,7 @@ def test_autoregressive_sampling_equals_reference(pairs, sampled_reference):
     assert result.stats.draft_calls == 0
 
 
+@pytest.mark.slow_except('several')
 @pytest.mark.parametrize("case", ["first", "middle", "several"])
 def test_sampled_eos_cut(pairs, sampled_reference, case):
     """EOS ids chosen from row 0's EOS-free sampled output; every row is cut

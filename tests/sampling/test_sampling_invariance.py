@@ -5,6 +5,7 @@ negative control) must break it."""
 
 from __future__ import annotations
 
+import pytest
 from dataclasses import replace
 
 import batchspec
@@ -24,6 +25,7 @@ def _sample(target, draft, prompts, seeds, **kw):
                               top_p=0.95, seed=seeds, **kw).sequences
 
 
+@pytest.mark.slow
 def test_same_prompt_and_seed_same_tokens_everywhere(pairs):
     target, draft = pairs("qwen3", "unrelated")
     seeds = [40 + r for r in range(len(PROMPTS))]

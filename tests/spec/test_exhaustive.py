@@ -13,7 +13,7 @@ abstract model: its state must map onto the abstract one after every step
 the code's invariant checker must stay silent.
 
 Default (CI), ``test_default``: batch 1..3, ``k`` 1..3, two rounds, every EOS
-placement for batch <= 2; every 29th leaf replayed on tensors. ``-m slow``,
+placement for batch <= 2; every 29th leaf replayed on tensors. ``-m exhaustive``,
 ``test_full``: batch 1..3, ``k`` 1..3, three rounds (the cell batch 3 / ``k``
 3 alone has 4^9 = 262,144 patterns), every EOS placement for batch <= 2;
 every 97th leaf replayed. Counts and the command: Spec §5.6; times: docs/design.md.
@@ -41,7 +41,7 @@ DEFAULT = cells((1, 2, 3), (1, 2, 3), 2, eos_batches=(1, 2), eos_ks=(1, 2, 3))
 DEFAULT_EVERY = 29
 #: What the default covered before the abstract enumeration (k 1..2): it must stay covered.
 TODAY = cells((1, 2, 3), (1, 2), 2, eos_batches=(1, 2), eos_ks=(1, 2))
-#: ``-m slow``: three rounds, batch 1..3, k 1..3, every EOS placement for batch 1..2.
+#: ``-m exhaustive``: three rounds, batch 1..3, k 1..3, every EOS placement for batch 1..2.
 FULL = cells((1, 2, 3), (1, 2, 3), 3, eos_batches=(1, 2), eos_ks=(1, 2, 3))
 FULL_EVERY = 97
 HORIZON = 3 * 4 + 1  # the scripts' length: more than any cell's rounds * (k + 1)
@@ -121,6 +121,7 @@ def test_scripted_draft_forces_the_pattern(pair):
     assert state.draft_cache.get_seq_length() == state.width - 1 > before
 
 
+@pytest.mark.slow
 def test_default(spec, pair):
     """Every pattern of the default scope on the abstract model, every 29th on
     the tensor code; it contains everything the default covered before."""
@@ -130,7 +131,7 @@ def test_default(spec, pair):
     assert sum(each[t].patterns for t in before) == 2_398  # the tensor walk's count over that scope
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_full(spec, pair):
     """The full scope, the 262,144-pattern cell included, end to end."""
     total, each = report("full", spec, pair, FULL, FULL_EVERY)

@@ -16,7 +16,7 @@ per-position reference run with the same draft and the same uniforms: batch
 Scope: two rounds, both budgets, temperature 0.8, no EOS (the continuation
 depends on the pattern, so "every EOS placement" has no fixed meaning here);
 batch 1..2 and ``k`` 1..2 by default, batch 1..3 and ``k`` 1..3 with
-``-m slow``. Counts: Spec §5.6; times: docs/design.md.
+``-m exhaustive``. Counts: Spec §5.6; times: docs/design.md.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ REJECT = 1.0 - 2.0 ** -53  # the largest uniform: at or above every p(y) < 1
 WARPING = Warping(temperature=0.8)
 SEED = 7
 SCOPE = cells((1, 2), (1, 2), 2)  # default (CI)
-FULL_SCOPE = cells((1, 2, 3), (1, 2, 3), 2)  # -m slow
+FULL_SCOPE = cells((1, 2, 3), (1, 2, 3), 2)  # -m exhaustive
 HORIZON = 2 * 4 + 1
 
 
@@ -166,11 +166,12 @@ def sweep_sampled(pair, cells) -> None:
           f"{time.perf_counter() - start:.1f}s wall, {time.process_time() - cpu:.1f}s CPU")
 
 
+@pytest.mark.slow
 def test_sampled_patterns_match_the_per_position_reference(pair):
     sweep_sampled(pair, SCOPE)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_sampled_full(pair):
     sweep_sampled(pair, FULL_SCOPE)
 

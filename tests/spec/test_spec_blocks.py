@@ -73,6 +73,7 @@ def _error_sets(target, autoregressive, prompt, n):
             yield {tuple(prompt + output[:j]) for j in chosen}
 
 
+@pytest.mark.slow_except('2')
 @pytest.mark.parametrize("k", [0, 1, 2, 3])
 def test_5_2_exact_for_every_error_pattern(spec, k):
     """Abstract model, every draft error pattern on 4 generated tokens per row,

@@ -83,6 +83,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow_except('llama-unrelated-3-2-7-2')
 @pytest.mark.parametrize("family,draft_kind,seed,k,max_new,eos_at", CASES)
 def test_eqspec_refines_the_spec(spec, family, draft_kind, seed, k, max_new, eos_at):
     with one_thread(), torch.no_grad():
