@@ -9,9 +9,9 @@ inventory does not know fails here, and every ``batchspec`` command shown in
 any block, allow-listed ones included, must parse with the CLI's own parser.
 
 What is run here prints what the page shows: the page's text blocks are
-compared with what the code prints. Models: the embedded default pair and the
-tiny float64 Qwen3 pair of the fault tests, each loaded once. Cost: about
-40 s on one core.
+compared with what the code prints. Models: the embedded default pair (2.9 MB;
+loaded again only where a block loads it itself) and the tiny float64 Qwen3 pair
+of the fault tests. Cost: about 20 s on one core.
 """
 
 from __future__ import annotations
