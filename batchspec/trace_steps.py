@@ -147,5 +147,4 @@ def _decision(record, verify: dict | None, after: dict | None) -> dict:
             "accepted": m, "appended": a, "bonus": bonus, "delta": delta,
             "leaving": [r for r in record.requests if r not in pad_after], "width": record.width,
             "realigned": bool(record.realigned), "wasted": plain(getattr(record, "wasted", None)),
-            "grouped": getattr(record, "grouped", None), "waiting": plain(getattr(record, "waiting", None)),
-            "committed": a}  # former name of "appended", for tutorial 02 until its real-pair page is re-run
+            "grouped": getattr(record, "grouped", None), "waiting": plain(getattr(record, "waiting", None))}

@@ -62,10 +62,10 @@ print(caption(first))  # which invariant, where, expected vs actual
 
 # %%
 def first_ragged_round(recorded):
-    """The first round whose rows committed different numbers of tokens."""
+    """The first round whose rows appended different numbers of tokens (a_i, Spec §1)."""
     for step in recorded.steps:
         d = step["decision"]
-        if d and len(set(d["committed"])) > 1:
+        if d and len(set(d["appended"])) > 1:
             return d["round"]
 
 

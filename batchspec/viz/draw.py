@@ -3,7 +3,7 @@
 Each picture colours the cells that :mod:`batchspec.viz.cells` computes from
 the trace; nothing here decides what a cell is. The palette is Okabe–Ito
 (safe for the common colour-vision deficiencies), rejected cells are also
-hatched, and every picture carries its legend. Wide rows are cut to their
+hatched (the label on a plain box, so no hatch line crosses it), and every picture carries its legend. Wide rows are cut to their
 last ``last`` columns (an ellipsis column says so), by default as many as fit
 the docs site's column at a legible size (:data:`MIN_TEXT_PX`).
 """
@@ -81,6 +81,12 @@ def _start(cells: c.Cells, alphabet, last) -> int:
     return max(0, cells.shape[1] - last) if last else 0
 
 
+def _label_box(face: str, hatch: str | None) -> dict | None:
+    """A hatched cell's label sits on a box of the cell's plain colour, so the hatch
+    shows above and below it but never crosses a digit (a 5-digit id fills the cell)."""
+    return dict(boxstyle="square,pad=0.08", facecolor=face, edgecolor="none") if hatch else None
+
+
 def draw_cells(cells: c.Cells, ax=None, alphabet=None, last: int | str | None = FIT, legend: bool = True,
                rows_at: list[float] | None = None):
     """Draw a :class:`~batchspec.viz.cells.Cells` table on ``ax`` (a new figure if None);
@@ -97,7 +103,7 @@ def draw_cells(cells: c.Cells, ax=None, alphabet=None, last: int | str | None = 
             x = j - start + shift
             ax.add_patch(Rectangle((x, y), 1, 1, facecolor=face, edgecolor="white", hatch=hatch, lw=1))
             ax.text(x + 0.5, y + 0.5, token_text(cells.tokens[i][j], alphabet), ha="center", va="center",
-                    color=ink, fontsize=FONT_PT, family="DejaVu Sans Mono")
+                    color=ink, fontsize=FONT_PT, family="DejaVu Sans Mono", bbox=_label_box(face, hatch))
         if start:
             ax.text(0.5, y + 0.5, "…", ha="center", va="center", color="#666666", fontsize=FONT_PT)
     for i, j in cells.marks:

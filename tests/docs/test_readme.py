@@ -23,6 +23,8 @@ def test_the_readme_python_runs_when_pasted(tmp_path):
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "class Queue:" in run.stdout and "target calls" in run.stdout
+    shown = re.search(r"The continuations \(`('[^`]*')`\)", (ROOT / "README.md").read_text()).group(1)
+    assert shown in run.stdout.splitlines()  # the continuation the text quotes is the one printed
 
 
 def test_a_broken_readme_block_would_fail(tmp_path):

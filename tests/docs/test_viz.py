@@ -221,3 +221,31 @@ def test_the_realignment_arrows_stay_in_their_row():
     bands = [(lines[2 * j] + 0.5, lines[2 * j + 1] - 0.5) for j in range(len(lines) // 2)]
     for start, end in arrows:
         assert any(top == start and end == bottom and bottom - top >= 1 for top, bottom in bands), (start, end)
+
+
+def test_no_hatch_line_crosses_a_label():
+    """A hatched cell's label (a rejected 5-digit id fills its cell) sits on a box of
+    the cell's plain colour; unhatched cells' labels need none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Rectangle
+
+    recorded = traced("masking", prompts=RAGGED_AT_2)
+    ax = viz.draw_grid(recorded, recorded.find(2, "verify"), last=None).axes[0]
+    cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_fill()]
+    labels = [t for t in ax.texts if t.get_text().strip()]
+    hatched = 0
+    for cell in cells:
+        x, y = cell.get_x() + 0.5, cell.get_y() + 0.5
+        label = next((t for t in labels if t.get_position() == (x, y)), None)
+        if label is None:
+            continue
+        box = label.get_bbox_patch()
+        if cell.get_hatch():
+            hatched += 1
+            assert box is not None and box.get_facecolor() == to_rgba(cell.get_facecolor()), label.get_text()
+        else:
+            assert box is None
+    assert hatched  # the masking run rejects tokens: the check saw hatched labels
