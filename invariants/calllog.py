@@ -1,8 +1,9 @@
 """Every checked call's chains, kept for tracing a wrong output to its first wrong call (Spec §3.12.3).
 
-A call that extends its model's previous call (the same cached slots, attended
-the same way, so the same chain hashes there) is kept as what it added only:
-the log grows with what the calls feed, not with what they attend. Reading it
+A call is kept from the first column where it differs from its model's
+previous call (the same cached slots, attended the same way, so the same
+chain hashes there, are not kept twice): the log grows with what the calls
+feed and change, not with what they attend. Reading it
 back (only when ``w.outputs`` traces a wrong token) rebuilds each call's
 tensors in call order.
 """
@@ -22,9 +23,13 @@ class CallLog:
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int) -> None:
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
-        if last is not None and t and last[0].shape[0] == node.shape[0] and last[0].shape[1] >= t \
-                and torch.equal(node[:, :t], last[0][:, :t]) and torch.equal(attended[:, :t], last[1][:, :t]):
-            kept = t
+        if last is not None and t and last[0].shape[0] == node.shape[0]:
+            w = min(t, last[0].shape[1])
+            if torch.equal(node[:, :w], last[0][:, :w]) and torch.equal(attended[:, :w], last[1][:, :w]):
+                kept = w
+            else:  # kept up to the first column that differs (a mask that changed after a round: holes)
+                differs = ((node[:, :w] != last[0][:, :w]) | (attended[:, :w] != last[1][:, :w])).any(0)
+                kept = int(differs.long().argmax())
         self._entries.append((number, model, kept, node[:, kept:].clone() if kept else node,
                               attended[:, kept:].clone() if kept else attended, n))
         self._last[model] = (node, attended)

@@ -41,7 +41,7 @@ class Chains:
     before: torch.Tensor  # hash of the row's chain before this element (its attended predecessors)
     node: torch.Tensor  # hash of the row's chain up to and including this element
     history: "History"  # to look up what an unattended slot holds, when a violation is explained
-    #: cached slots already checked as the previous call's chain (0: none)
+    #: the first ``checked`` cached slots are the previous call's chain, checked then (0: none)
     checked: int = 0
     #: [B, T + n] every slot's content hash, set once the call's writes are labelled
     hashes: torch.Tensor | None = None
@@ -53,6 +53,10 @@ class Chains:
     #: ranks are then positions, not indices into the call's columns
     window: int = 0
     _rejected: torch.Tensor | None = None  # [B, T] attended slots on a rejected stream (stream.Stream.attended)
+    _marked: int = 0  # how many nodes had been rejected when ``_rejected`` was computed
+    #: ``(marks [B, c], count)``: ``_rejected`` of the first ``c`` cached slots, carried from the
+    #: previous call whose chain this one continues there, as of ``count`` rejected nodes
+    _marks: tuple | None = None
     #: calls since the last one whose context labels were built: each lazy context reads the
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0

@@ -61,13 +61,12 @@ def one_chain(chains: Chains) -> list[Violation]:
     attended input must be fed at position ``rank``. The test below is that
     statement on whole tensors; only a slot whose content several writers
     produced from other prefixes (``BLIND``) or other tokens (``AMBIGUOUS``)
-    is let through on less (the position, or nothing).
-    """
+    is let through on less (the position, or nothing)."""
     # the third clause reads whole chains: on a window layer the chain starts inside the window,
     # so it is checked on full-attention layers only (a mixed model's full layers carry it)
     # and only when the decoder is greedy (watch(greedy=False): a sampled token is not the argmax)
-    greedy = chains.history.stream.greedy
-    rejected = _rejected(chains) if chains.call.model == "target" and greedy and not chains.window else []
+    greedy, target = chains.history.stream.greedy, chains.call.model == "target"
+    rejected = _rejected(chains) if target and greedy and not chains.window else []
     return rejected + [v for v in _chain(chains) if v.row not in {r.row for r in rejected}]
 
 
@@ -88,6 +87,7 @@ def _chain(chains: Chains) -> list[Violation]:
         flag = label[..., 3]
         held = (label[..., 1] == rank[:, :t]) & (flag <= BLIND) & (
             (label[..., 2] == chains.before[:, :t]) | (flag == BLIND))  # [B, T]
+        held[:, :chains.checked] = True  # the previous call's chain there, checked then
     bad = att & ~torch.cat([held, fed], 1)
     out = []
     if bool(bad.any()):
@@ -154,14 +154,13 @@ def _rejected(chains: Chains) -> list[Violation]:
 def _hidden_inputs(chains: Chains) -> list[Violation]:
     """The same on the inputs: no row feeds, masked out, the target's own choice
     after the chain it attends, then goes on with another token at that position."""
-    t, att = chains.cached, chains.attended
-    out, seen = [], set()
-    for i, s in (~att[:, t:] & (chains.rank[:, t:] >= 0)).nonzero().tolist():
-        s += t
-        x, prefix = int(chains.token[i, s]), int(chains.before[i, s])
-        chose = chains.history.chosen.get(prefix, {})
-        later = att[i, s:].nonzero().flatten().tolist()
-        if i in seen or x not in chose or not later or int(chains.token[i, s + later[0]]) == x:
+    t, att, out, seen = chains.cached, chains.attended, [], set()
+    hidden = ~att[:, t:] & (chains.rank[:, t:] >= 0)  # [B, n]: read as lists once, then plain Python
+    tokens, prefixes = torch.stack([chains.token[:, t:], chains.before[:, t:]])[:, hidden].tolist()
+    for (i, s), x, prefix in zip(hidden.nonzero().tolist(), tokens, prefixes):
+        s, chose = s + t, chains.history.chosen.get(prefix, {})
+        later = att[i, s:].nonzero().flatten().tolist() if i not in seen and x in chose else []
+        if not later or int(chains.token[i, s + later[0]]) == x:
             continue
         seen.add(i)
         j, instead = int(chains.rank[i, s]) + 1, int(chains.token[i, s + later[0]])
@@ -179,6 +178,7 @@ def _detours(chains: Chains) -> list[Violation]:
     the target's choice; a committed token hidden by its mask is."""
     t, att, label = chains.cached, chains.attended, chains.context
     hidden = ~att[:, :t] & (chains.rank[:, :t] >= 0) & (label[..., 3] == WRITTEN)  # [B, T]: holes after the chain began
+    hidden[:, :chains.checked] = False  # (before ``checked``: the previous call's holes, looked at then)
     if not bool(hidden.any()):
         return []
     b, width = att.shape

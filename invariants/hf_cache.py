@@ -12,6 +12,10 @@ layer, dynamic or static, the newest of them). The checker never iterates a
 cache (a static cache is not iterable) and hashes only the columns a call
 attends or writes, never the preallocated rest.
 
+A call is hashed only where its columns differ from what the model's
+previous call left: a :class:`Seal` compares the rest bit for bit with
+what was hashed then.
+
 Layers are grouped by *kind*: ``full`` (every earlier column) and
 ``("window", W)`` (the newest ``W`` columns, Spec §3.12.2's window rule).
 Kinds the checker cannot read (quantized, linear-attention and hybrid layers,
@@ -105,6 +109,10 @@ def column_hashes(hasher, cache, layers: list, start: int, stop: int):
     ``cache`` holds them now: the keys of the group's first layer and the values
     of its last, read only at those columns; :data:`ABSENT` where the group no
     longer holds a column (evicted by a window). ``None`` when it holds none."""
+    if stop > start == seen(cache, layers[0]) - (stop - start) == seen(cache, layers[-1]) - (stop - start):
+        keys, values = cache.layers[layers[0]].keys, cache.layers[layers[-1]].values  # the newest columns:
+        if keys.shape[2] >= stop and values.shape[2] >= stop:  # read them alone (a call's writes)
+            return hasher.pair_hashes(keys[:, :, start: stop], values[:, :, start: stop])
     keys, _, first_k = held(cache, layers[0])
     _, values, first_v = held(cache, layers[-1])
     if keys is None or values is None:
@@ -116,3 +124,45 @@ def column_hashes(hasher, cache, layers: list, start: int, stop: int):
         out[:, first - start: last - start] = hasher.pair_hashes(keys[:, :, first - first_k: last - first_k],
                                                                  values[:, :, first - first_v: last - first_v])
     return out
+
+
+
+class Seal:
+    """Proof, per model, of which cached columns still hold what was hashed after its
+    previous call, so that a call is hashed only where it wrote (Spec §3.12.1).
+
+    After a call, the bits its column hashes were read from (the group's first
+    layer's keys and last layer's values, kv-head 0, the hashed dimensions, as
+    int64 words: :meth:`~batchspec.invariants.slots.Hasher.words`) are kept. At
+    the next call the first ``min(W, T)`` columns the cache holds are compared
+    with them, bit for bit (``torch.equal`` on integer words: no rounding, a
+    negative zero or a NaN compares as its bits); when all are equal, their
+    hashes are the kept ones and only the rest is hashed. Whatever wrote
+    into the cache in between (an in-place write, ``.data``, a kernel given
+    the raw pointer, a crop, a call that overwrote a slot) shows as a difference
+    and the call is hashed in full. A comparison reads the columns a hash would,
+    and is a fraction of its cost; no tensor's identity or version is trusted."""
+
+    def __init__(self):
+        self._kept: dict = {}  # model -> (words [B, W, w] of the keys, of the values, hashes [B, W])
+
+    def hashes(self, hasher, name: str, cache, layers: list, t: int, n: int):
+        """``[B, T + n]`` content hashes of the group's columns after a call of ``name``
+        that found ``T`` cached (:func:`column_hashes`), the columns compared equal
+        to the kept ones not hashed again; then keeps this call's."""
+        kept = self._kept.pop(name, None)
+        if not (t + n and seen(cache, layers[0]) == seen(cache, layers[-1]) == t + n):
+            return column_hashes(hasher, cache, layers, 0, t + n)
+        keys, values = cache.layers[layers[0]].keys, cache.layers[layers[-1]].values
+        if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
+            return column_hashes(hasher, cache, layers, 0, t + n)
+        words = hasher.words(keys[:, :, :t + n]), hasher.words(values[:, :, :t + n])  # [B, T + n, w] each
+        c = 0 if kept is None or kept[0].shape[0] != words[0].shape[0] else min(kept[2].shape[1], t)
+        # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
+        if c and all(a.shape[2] == b.shape[2] and torch.equal(a[:, :c], b[:, :c]) for a, b in zip(words, kept)):
+            out = torch.cat([kept[2][:, :c], hasher.pair_hashes(keys[:, :, c: t + n], values[:, :, c: t + n])], 1)
+            self._kept[name] = (*(torch.cat([b[:, :c], a[:, c:]], 1) for a, b in zip(words, kept)), out)
+        else:
+            out = hasher.pair_hashes(keys[:, :, :t + n], values[:, :, :t + n])
+            self._kept[name] = (words[0].clone(), words[1].clone(), out)
+        return out

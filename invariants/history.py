@@ -104,9 +104,13 @@ class History:
             moved = self._moved(call, attended, before, held)
             if moved is not None:
                 return moved
-        rank = attended.cumsum(1) - 1
+        rank, checked, marks = attended.cumsum(1) - 1, 0, None
         if same:  # only the mask changed (holes): the slots' labels are the previous call's, unchecked
             context = before.labels()[:, :t]
+            # up to the first slot whose mask changed, the chain is the previous call's, checked then
+            changed = (attended[:, :t] != before.attended[:, :t]).any(0).nonzero()
+            checked = int(changed[0]) if changed.numel() else t
+            marks = self._marks(before, checked)
         else:
             context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
                 torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
@@ -114,7 +118,16 @@ class History:
         weights = self.hasher.chain_weights(attended.shape[1], device)
         contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
-        return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, _context=context)
+        return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=checked,
+                      _context=context, _marks=marks)
+
+    @staticmethod
+    def _marks(before: Chains, upto: int):
+        """``before``'s rejected-slot marks of its first ``upto`` cached slots, to carry
+        into a call whose chain is ``before``'s there (:meth:`Stream.attended`)."""
+        if before._rejected is None:
+            return None
+        return before._rejected[:, :upto], before._marked
 
     def _moved(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", held: torch.Tensor):
         """The chains of a call whose rows attend, with no hole, a prefix of what they
@@ -172,7 +185,7 @@ class History:
         node = torch.cat([before.node[:, :t], node_in], 1)
         return Chains(self.calls, call, attended, rank, torch.cat([before.token[:, :t], ids], 1),
                       torch.cat([before.before[:, :t], node_in - contrib], 1), node, self, checked=t,
-                      source=Prefix(before, t), depth=self._bounded(before))
+                      source=Prefix(before, t), depth=self._bounded(before), _marks=self._marks(before, t))
 
     @staticmethod
     def _bounded(before: Chains) -> int:

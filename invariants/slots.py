@@ -48,6 +48,17 @@ def _random(seed: int, n: int, device) -> torch.Tensor:
     return (torch.randint(-2**62, 2**62, (n,), generator=g, dtype=torch.int64) * 2 + 1).to(device)
 
 
+def _words(x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[B, S, d]``'s bits as int64 words ``[B, S, w]``, exactly: its memory read as
+    int64 where its rows are whole words (no copy), else each element widened."""
+    if (x.shape[-1] * x.element_size()) % 8 == 0:
+        try:
+            return x.view(torch.int64)
+        except RuntimeError:  # strides or offset not on word boundaries
+            pass
+    return x.view(_BITS[x.element_size()]).to(torch.int64)
+
+
 class Hasher:
     """Exact content hashes of cache slots (Spec §3.12.1); owns its random weights."""
 
@@ -70,12 +81,17 @@ class Hasher:
     def pair_hashes(self, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """``[B, S]`` int64 from ``keys`` and ``values`` ``[B, H, S, D]``: per slot, the
         keys (token and position) and the values (everything attended), kv-head 0,
-        their first :data:`DIMS` dimensions, bit for bit, times fixed random
-        weights, summed with wrap-around."""
-        d = min(keys.shape[-1], DIMS)
-        parts = torch.cat([keys[:, 0, :, :d], values[:, 0, :, :d]], -1)  # [B, S, 2d]
-        bits = parts.view(_BITS[parts.element_size()]).to(torch.int64)  # exact
-        return (bits * self.weights(2 * d, parts.device)).sum(-1)  # [B, S], wraps
+        their first :data:`DIMS` dimensions, bit for bit, read as int64 words
+        (:func:`_words`), times fixed random odd int64 weights, summed with wrap-around
+        (a word that differs changes the sum: an odd weight is invertible modulo 2**64)."""
+        bits = torch.cat([self.words(keys), self.words(values)], -1)  # [B, S, 2w]
+        return (bits * self.weights(bits.shape[-1], keys.device)).sum(-1)  # [B, S], wraps
+
+    @staticmethod
+    def words(x: torch.Tensor) -> torch.Tensor:
+        """``[B, S, w]`` int64: the bits :meth:`pair_hashes` reads of ``x`` ``[B, H, S, D]``
+        (kv-head 0, the first :data:`DIMS` dimensions), exactly."""
+        return _words(x[:, 0, :, :min(x.shape[-1], DIMS)])
 
     def chain_weights(self, n: int, device) -> torch.Tensor:
         """``R[0 .. n-1]``: a chain ``x_0 .. x_{j-1}`` has hash ``Σ (x_l + 1) R[l]``

@@ -46,6 +46,7 @@ class Stream:
     pad: frozenset = frozenset()  # the target's pad ids (for messages: a mask derived from token values)
     grounded: set = field(default_factory=set)
     rejected: dict = field(default_factory=dict)  # node -> the target call that chose otherwise after its prefix
+    order: list = field(default_factory=list)  # the rejected nodes, in the order they were rejected
     fed: dict = field(default_factory=dict)  # rejected node -> the first call that fed it at or after that choice
     late: dict = field(default_factory=dict)  # rejected node -> the first call that fed it after that choice
     odd: dict = field(default_factory=dict)  # node -> the first call that fed it where neither model chose it
@@ -61,12 +62,21 @@ class Stream:
 
     def attended(self, chains) -> torch.Tensor:
         """``[B, T]`` bool: the cached slots each row attends whose node was rejected
-        (computed once per call: the check and :meth:`remember` both read it)."""
+        (computed once per call: the check and :meth:`remember` both read it). The
+        slots a previous call's chain held are carried from its marks
+        (``chains._marks``), with only the nodes rejected since looked up there."""
         if chains._rejected is None:
             t = chains.cached
             att = chains.attended[:, :t]
-            chains._rejected = torch.zeros_like(att)
-            chains._rejected[att] = self.member(chains.node[:, :t][att])
+            marks, count = chains._marks or (att[:, :0], len(self.order))
+            c = min(marks.shape[1], t)
+            out = torch.zeros_like(att)
+            out[:, :c] = marks[:, :c]
+            if count < len(self.order):  # nodes rejected since the marks were taken
+                new = torch.tensor(self.order[count:], dtype=torch.int64, device=att.device)
+                out[:, :c] |= torch.isin(chains.node[:, :c], new) & att[:, :c]
+            out[:, c:] = self.member(chains.node[:, c:t]) & att[:, c:]
+            chains._rejected, chains._marked, chains._marks = out, len(self.order), None
         return chains._rejected
 
     def member(self, node: torch.Tensor) -> torch.Tensor:
@@ -101,16 +111,14 @@ class Stream:
         order (the draft's own choices first, for ``odd``), then note which
         rejected nodes it attended from its cache."""
         number, call, t = chains.number, chains.call, chains.cached
-        fed = chains.attended[:, t:]
-        rows = fed.nonzero()[:, 0].tolist()
-        nodes, befores = chains.node[:, t:][fed].tolist(), chains.before[:, t:][fed].tolist()
+        rows, (nodes, befores, tokens) = fed_inputs(chains)
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
             self._proposals(chains)
         if call.model == "target" and call.logits is not None:
             self._continue(chains)
-        continuing = chains.attended[:, :t].any(1).tolist()  # [B]: rows that attend their cache
-        for i, node, before, token in zip(rows, nodes, befores, call.input_ids[fed].tolist()):
+        continuing = None  # [B]: rows that attend their cache, read when first needed
+        for i, node, before, token in zip(rows, nodes, befores, tokens):
             chose = chosen.get(before, {})
             if token not in chose and token not in self.proposed.get(before, ()):
                 self.odd.setdefault(node, number)
@@ -118,8 +126,15 @@ class Stream:
                 continue
             if before in self.grounded and chose and token not in chose:
                 self._reject(node, min(chose.values()), number, before)
-            elif (before in self.grounded or (continuing[i] and token in chose)) and node not in self.rejected:
+            elif node in self.rejected:
+                continue
+            elif before in self.grounded:
                 self.grounded.add(node)
+            elif token in chose:
+                if continuing is None:
+                    continuing = chains.attended[:, :t].any(1).tolist()
+                if continuing[i]:
+                    self.grounded.add(node)
 
     def _seen(self, chains, rows: list, nodes: list) -> None:
         """Note the rejected nodes a row attends from its cache. A draft call whose
@@ -133,12 +148,15 @@ class Stream:
             new = {i for i, node in zip(rows, nodes) if node not in self.tested}
             hits = hits.clone()
             hits[[i for i in range(hits.shape[0]) if i not in new]] = False
-        for node in chains.node[:, :chains.cached][hits].tolist():
-            self.seen.setdefault(node, chains.number)
+        if bool(hits.any()):
+            for node in chains.node[:, :chains.cached][hits].tolist():
+                self.seen.setdefault(node, chains.number)
 
     def _reject(self, node: int, chose: int, number: int, before: int) -> None:
-        if node not in self.rejected and self._rejected_filter is not None:
-            self._rejected_filter.add(node)
+        if node not in self.rejected:
+            self.order.append(node)
+            if self._rejected_filter is not None:
+                self._rejected_filter.add(node)
         self.rejected.setdefault(node, chose)
         self.prefix.setdefault(node, before)
         self.fed.setdefault(node, number)
@@ -172,6 +190,17 @@ class Stream:
         choice = call.logits.argmax(-1).to(fed.device)[fed]
         for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice.tolist()):
             self.proposed.setdefault(node, set()).add(chose)
+
+
+def fed_inputs(chains) -> tuple[list, list]:
+    """``(rows, [nodes, befores, tokens])``: the call's attended inputs in chain order,
+    as plain lists (one transfer; no index when every row feeds every input)."""
+    t, fed = chains.cached, chains.attended[:, chains.cached:]
+    table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node)])
+    if bool(fed.all()):
+        b, n = fed.shape
+        return [i for i in range(b) for _ in range(n)], table.flatten(1).tolist()
+    return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()
 
 
 class HashFilter:

@@ -31,7 +31,7 @@ from transformers import Cache
 from .correctness import one_chain
 from .outputs import stops_where_it_should, target_choices
 from .history import History
-from .hf_cache import ABSENT, column_hashes, kinds_of, refuse_cache
+from .hf_cache import ABSENT, Seal, column_hashes, kinds_of, refuse_cache
 from .stream import special_ids
 from .masks import key_mask
 from .observation import CacheView, ForwardCall
@@ -59,6 +59,8 @@ class Correctness:
         self.check_seconds = 0.0
         self.check_cpu_seconds = 0.0  # the same, in process CPU time
         self.calls = 0
+        #: per model, which cached columns still hold what was hashed after its last call
+        self.seal = Seal()
         self._pending: dict = {}  # model -> (cache object, T) between pre-hook and hook
         self._handles: list = []
 
@@ -140,7 +142,8 @@ class Correctness:
             full = self.kinds[name].get("full")
             found, chains = [], None
             if full is not None:
-                hashes = column_hashes(self.history.hasher, cache, full, 0, t + n) if cache is not None else None
+                # the columns after the call, those still holding what the last call left not hashed again
+                hashes = self.seal.hashes(self.history.hasher, name, cache, full, t, n) if cache is not None else None
                 if t and (hashes is None or bool((hashes == ABSENT).any())):
                     raise ValueError(f"its cache holds fewer than the {t} slots before the call plus {n} inputs "
                                      "after it")
