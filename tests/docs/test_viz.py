@@ -31,6 +31,15 @@ def traced(method="eqspec", fault=None, prompts=WITH_PAD_ID):
                         num_draft_tokens=K, max_new_tokens=N)
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Every picture a test draws is read, never shown: close them all after it."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def steps(recorded, name):
     return [s for s in recorded.steps if s["step"] == name]
 
