@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
         if mark is not None:
             case = item.callspec.id
             matched = [p for p in mark.args if fnmatch.fnmatchcase(case, p)]
-            patterns.setdefault(item.originalname, (item.nodeid, set(mark.args)))[1].difference_update(matched)
+            patterns.setdefault(item.nodeid.split("[")[0], (item.nodeid, set(mark.args)))[1].difference_update(matched)
             if not matched:
                 item.add_marker(pytest.mark.slow)
     unmatched = {name: (where, left) for name, (where, left) in patterns.items() if left}
