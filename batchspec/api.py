@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .draft_lengths import start
+from .draft_lengths import by_name, start
 from .inputs import as_prompts
 from .driver import checks, drive
 from .methods import METHODS, DecodeConfig, Method, register_method  # noqa: F401 (re-exported)
@@ -71,7 +71,9 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     (``Fixed(k)``), or a draft policy (Spec §4.2): ``"auto"`` (or an
     ``Auto()``) chooses ``k'`` per round from forward costs measured before
     decoding and the running acceptance (Spec §4.2.2); pass one ``Auto()``
-    to many calls and it measures each shape once. ``"confident"`` (or a
+    to many calls and it measures each shape once; the name ``"auto"``
+    keeps its measurements on the target model
+    (``target.batchspec_calibrations``), so repeated calls measure once too. ``"confident"`` (or a
     ``Confident(threshold, k_max)``) keeps drafting while the draft is
     confident (Spec §4.2.3). Each round's record (``result.stats.per_round``)
     says the ``k'`` it drafted; ``result.stats.draft_policy`` what the
@@ -88,6 +90,7 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     prompts = as_prompts(target, prompts, attention_mask)
     sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     policy = as_policy(num_draft_tokens)  # the one conversion of an int or a name (Spec §4.2)
+    policy = by_name(num_draft_tokens, policy, target)  # "auto" by name: calibrations kept on the target
     eos = validate(target, draft, prompts, method, METHODS, policy, max_new_tokens,
                    batch_size, eos_token_id, check_invariants, window_size=window_size,
                    sort_by_length=sort_by_length)

@@ -6,7 +6,8 @@ with :func:`~batchspec.reference.draft_policy.as_policy`; :func:`start`
 gives the run its copy. The algorithm times nothing: the costs ``Auto``
 needs are measured here, before decoding, by :func:`calibrate`, once per
 (target, draft, batch size, dtype, device, threads) for each ``Auto``
-object (its memo), and reported to ``on_calibrate``.
+object (its memo; for the name ``"auto"``, the target model's, :func:`by_name`),
+and reported to ``on_calibrate``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,27 @@ from .reference.storage import new_cache
 
 #: Cached slots the calibration's calls attend, a typical early context.
 CONTEXT = 64
+
+
+#: The attribute of a target model that holds the calibrations of ``"auto"`` given by name.
+MEMO_ATTRIBUTE = "batchspec_calibrations"
+
+
+def by_name(value, policy: DraftPolicy, target) -> DraftPolicy:
+    """``policy``, converted from ``value``; when ``value`` is a name (``"auto"``),
+    its calibrations are kept on the ``target`` model, in the attribute
+    ``batchspec_calibrations`` (Spec §4.2.2): every ``generate`` call with the
+    same models, batch size, dtype, device and threads then calibrates once per
+    process, not once per call. A policy object keeps its own memo, as before.
+    Delete the attribute (``del target.batchspec_calibrations``) to measure again."""
+    if not isinstance(value, str) or not hasattr(policy, "calibrations"):
+        return policy
+    memo = getattr(target, MEMO_ATTRIBUTE, None)
+    if not isinstance(memo, dict):
+        memo = {}
+        setattr(target, MEMO_ATTRIBUTE, memo)
+    policy.calibrations = memo
+    return policy
 
 
 def start(models, policy: DraftPolicy, batch_size: int, on_calibrate: Callable | None = None) -> DraftPolicy:

@@ -24,7 +24,7 @@ from . import api, methods
 from .reference import acceptance
 from .reference.acceptance import Verdict
 from .reference.eqspec import STEPS, Steps, decode
-from .reference.moves import take_slots
+from .reference.moves import crop_to, take_slots
 from .reference.state import FILLER
 from .reference.storage import cache_length
 from .reference.transitions import unpad_append_repad
@@ -111,26 +111,44 @@ def _append_keep_rejected(state, verdict, plan):
     _finish(state, extended[plan.rows[:, None], plan.slots], plan)
 
 
-def _append_permuted(state, verdict, plan):
+def _append_permuted(state, verdict, plan, lag: int = 0):
     """The realignment takes each cache row from the wrong batch row
     (rolled by one) while the grid keeps the right order."""
     if not plan.realigns:
-        unpad_append_repad(state, verdict, plan)
+        unpad_append_repad(state, verdict, plan, lag)
         return
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)
     for cache in _caches(state):
         take_slots(cache, plan.rows.roll(1), plan.slots[:, : plan.width - 1])
     _finish(state, extended[plan.rows[:, None], plan.slots], plan)
+    _lag_draft(state, lag)
 
 
-def _append_pad_from_id(state, verdict, plan):
+def _append_pad_from_id(state, verdict, plan, lag: int = 0):
     """Correct realignment, then ``p_i`` re-inferred by counting pad-id tokens
     in the row (``c_i = L - p_i``), the ``mask = input_ids != pad_id`` habit:
     an emitted pad id (here :data:`FILLER`, the tiny models' ``pad_token_id``)
     counts as padding, and the row's first content token is dropped."""
-    unpad_append_repad(state, verdict, plan)
+    unpad_append_repad(state, verdict, plan, lag)
     state.pad = (state.tokens == FILLER).sum(1)
     state.length = state.width - state.pad
+
+
+def _lag_draft(state, lag: int) -> None:
+    """Leave the draft cache ``lag`` slots shorter than the target's, at most, as
+    the correct realignment does when the catch-up is deferred (Spec §4.2.1),
+    so that the fault stays the only difference from the correct round."""
+    if lag and state.draft_cache is not None:
+        crop_to(state.draft_cache, min(cache_length(state.draft_cache), cache_length(state.target_cache) - lag))
+
+
+def _lagging(append):
+    """``append`` (a faulty realignment of both caches) followed by :func:`_lag_draft`."""
+    def faulty(state, verdict, plan, lag: int = 0):
+        append(state, verdict, plan)
+        _lag_draft(state, lag)
+    faulty.__doc__ = append.__doc__
+    return faulty
 
 
 # --- acceptance fault (Spec §4.3.1) ---------------------------------------------------------
@@ -150,17 +168,17 @@ CATALOGUE: dict[str, Fault] = {f.name: f for f in (
                   catch_up=_counted(STEPS.catch_up)),
           "I2 at the first call after a round that committed more than one token"),
     Fault("shared_offset", "mlx-vlm #1155: one cache offset advanced by the whole draft block for every row",
-          replace(STEPS, unpad_append_repad=_append_shared_offset),
+          replace(STEPS, unpad_append_repad=_lagging(_append_shared_offset)),
           "semantic I3 at the first round with some δ_i != 0; I3 (cache length) at the first "
           "round whose L' - 1 is not L + k'"),
     Fault("draft_unaligned", "the draft cache left unaligned while the target's is realigned",
-          replace(STEPS, unpad_append_repad=_append_draft_unaligned),
+          replace(STEPS, unpad_append_repad=_lagging(_append_draft_unaligned)),
           "semantic I3 (draft) at the first round with some δ_i != 0; output stays exact"),
     Fault("bonus_from_draft", "DSD: the bonus token taken from the draft instead of the target",
           replace(STEPS, accept=_accept_draft_bonus),
           "I5 at the verify step of the first round with a rejected draft"),
     Fault("keep_rejected_slot", "realignment off by one: keeps the first rejected slot",
-          replace(STEPS, unpad_append_repad=_append_keep_rejected),
+          replace(STEPS, unpad_append_repad=_lagging(_append_keep_rejected)),
           "semantic I3 at the first round where a staying row rejected a draft"),
     Fault("permuted_rows", "rows of the batch permuted by the realignment",
           replace(STEPS, unpad_append_repad=_append_permuted),

@@ -17,11 +17,13 @@ def position_continuity(obs: Observation, memo: Memo | None = None) -> list[Viol
     * every attended input token's position id is ``cumsum(mask) - 1`` of the
       attention mask passed with it: content token ``j`` sits at position
       ``j`` whatever the padding;
-    * a call over the committed slots (a cache of ``T >= L - 1``) continues
-      the row's committed stream: its first input at position ``c_i - 1``
-      plus the speculative slots already cached. A call over a shorter cache
-      (a prefill, a prefill that fed nothing, Spec §4.1) feeds committed slots
-      first, whose positions the mask derives and I4 pins to the grid mask.
+    * a call whose first input is a content slot of the row (a cache of
+      ``T >= p_i`` slots) continues the row's committed stream: its first
+      input at position ``T - p_i``, i.e. ``c_i - 1`` plus the speculative
+      slots already cached (``T - (L - 1)``; -1 for a draft cache that lags
+      one slot, Spec §4.2.1). A call whose first input is a padding slot (a
+      prefill, a prefill that fed nothing, Spec §4.1) feeds committed slots
+      after it, whose positions the mask derives and I4 pins to the grid mask.
     """
     report = reporter(obs, "I2", "position_continuity")
     memo = memo or Memo()
@@ -37,15 +39,16 @@ def position_continuity(obs: Observation, memo: Memo | None = None) -> list[Viol
         placed = torch.where(fed, derived, call.position_ids)  # the positions fed, derived where attended
         if not same(call.position_ids, placed):
             out.extend(_misplaced(call, placed, report))
-        if not n or t < obs.width - 1:  # a call that also feeds committed slots: their positions are derived above
-            continue
-        # ... and the first input of a call over the committed slots at c_i - 1 plus the speculative slots cached
-        speculative = t - (obs.width - 1)
         b = min(obs.tokens.shape[0], call.position_ids.shape[0])
+        rows = [i for i in range(b) if t >= obs.pad[i]] if n else []  # first input a content slot
+        if not rows:  # a call that feeds padding first: its committed slots' positions are derived above
+            continue
+        # ... and a first input on a content slot at c_i - 1 plus the speculative slots cached
+        speculative = t - (obs.width - 1)
         first = call.position_ids[:b, 0].tolist()  # [b]: one small transfer
         continued = [c - 1 + speculative for c in obs.length[:b]]
-        if first != continued:
-            out.extend(_discontinued(call, first, continued, speculative, report))
+        if any(first[i] != continued[i] for i in rows):
+            out.extend(_discontinued(call, first, continued, speculative, rows, report))
     return out
 
 
@@ -56,8 +59,8 @@ def _misplaced(call, placed, report) -> list[Violation]:
             for i, j in where_wrong(call.position_ids != placed)]
 
 
-def _discontinued(call, first, continued, speculative, report) -> list[Violation]:
+def _discontinued(call, first, continued, speculative, rows, report) -> list[Violation]:
     """Rows whose first input is not at ``c_i - 1`` plus the speculative slots cached."""
-    return [report(i, want, got, "first input does not continue the row's committed "
+    return [report(i, continued[i], first[i], "first input does not continue the row's committed "
                    f"stream (c_i - 1 + {speculative} speculative cached slots)", call.model)
-            for i, (want, got) in enumerate(zip(continued, first)) if got != want]
+            for i in rows if first[i] != continued[i]]

@@ -51,10 +51,12 @@ def expected_tokens(alpha: float, k: int) -> float:
 
 
 def round_seconds(costs: Costs, batch: int, k: int, alpha: float) -> float:
-    """Model seconds of one round: ``k`` draft calls, one verify call over
-    ``k + 1`` tokens, and the draft call that keeps the draft cache in step
-    (the catch-up, needed with probability ``alpha^k``; always when ``k = 0``)."""
-    catch_up = 1.0 if k == 0 else alpha ** k
+    """Model seconds of one round (Spec §4.2.2): ``k`` draft calls, one verify
+    call over ``k + 1`` tokens, and when ``k = 0`` the catch-up call; for
+    ``k >= 1`` greedy EQSPEC defers the catch-up to the next round's first
+    draft call, one more token in a call that is paid anyway (Spec §4.2.1).
+    ``alpha`` is unused: kept for the signature of the round's model."""
+    catch_up = 1.0 if k == 0 else 0.0
     return (k + catch_up) * costs.draft_call(batch) + costs.target_call(batch, k + 1)
 
 

@@ -101,13 +101,16 @@ class Speculation:
     finished: torch.Tensor  # [B] bool
     committed: list[list[int]]  # the a_i tokens of each row
     probed: list[int] | None = None  # k' = 0: the free acceptance probe, one try per row (Spec §4.2.2)
+    lag: int = 0  # 1: the catch-up was deferred; the draft cache is realigned one slot short (Spec §4.2.1)
 
 
 def speculate(models, state: BatchState, policy: DraftPolicy, max_new_tokens, eos,
-              steps: Steps = STEPS) -> Generator[Event, None, Speculation]:
+              steps: Steps = STEPS, defer: bool = False) -> Generator[Event, None, Speculation]:
     """Steps 1–3 of a round on an aligned batch (Spec §4.7.1): draft ``k``
     tokens, ``policy.choose``'s, fewer if it stops early (Spec §4.2), verify
-    and decide, catch the draft cache up. Returns what was decided."""
+    and decide, catch the draft cache up, or with ``defer`` (EQSPEC, greedy,
+    ``k' >= 1``) leave that to the next round's first draft call and say so
+    in ``lag`` (Spec §4.2.1). Returns what was decided."""
     budget = max_new_tokens - state.generated  # [B] remaining per row
     # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2),
     # fewer if the policy stops drafting early (Spec §4.2.3).
@@ -132,15 +135,19 @@ def speculate(models, state: BatchState, policy: DraftPolicy, max_new_tokens, eo
     committed = [row[:n] for row, n in zip(verdict.proposal.tolist(), a.tolist())]  # two host syncs, not 2·B
     yield Event("verify", "verify", state, calls, rnd.drafts, committed=committed, sampled=rnd.record())
     # 3. Greedy: a staying row that accepted all k' drafts (every row when k' = 0) needs the last fed
-    # token's KV (Spec §4.2.1); a sampled round ran its catch-up before verifying.
+    # token's KV (Spec §4.2.1): fed now, or (defer, k' >= 1) by the next round's first draft call;
+    # a sampled round ran its catch-up before verifying.
     probed = None if verdict.probed is None else verdict.probed.tolist()  # sampled k' = 0 (Spec §4.2.2)
-    if models.draft is not None and rnd.sampler is None and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()):
+    needed = (models.draft is not None and rnd.sampler is None
+              and bool(((verdict.accepted_drafts == rnd.k) & ~finished).any()))
+    lag = int(needed and defer and rnd.k >= 1)
+    if needed and not lag:
         calls = []
         after = steps.catch_up(models, state, rnd, calls)  # [B, 1, V]
         if rnd.k == 0 and after is not None:  # the draft's choice after the newest token, against the target's
             probed = (after[:, -1].argmax(-1) == verdict.proposal[:, 0]).long().tolist()
         yield Event("draft", "draft", state, calls, rnd.drafts)
-    return Speculation(rnd, verdict, a, eos_hit, finished, committed, probed)
+    return Speculation(rnd, verdict, a, eos_hit, finished, committed, probed, lag)
 
 
 def alphas(verdict) -> list[list[float]] | None:
@@ -152,8 +159,8 @@ def eqspec_round(models, state: BatchState, k: DraftPolicy, max_new_tokens, eos,
                  steps: Steps = STEPS) -> Generator[Event, None, None]:
     """One round of EQSPEC (Spec §4.7), step numbers as in the spec."""
     state.round += 1
-    # 1.-3. Draft as many as the policy says, verify and decide, catch up (Spec §4.7.1, §4.2).
-    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps)
+    # 1.-3. Draft as many as the policy says, verify and decide; the catch-up deferred (Spec §4.7.1, §4.2.1).
+    spec = yield from speculate(models, state, k, max_new_tokens, eos, steps, defer=True)
     # 4. Commit a_i tokens per row; finished rows leave at once (Spec §4.6).
     for request, tokens, finished, eos_hit in zip(state.requests, spec.committed, spec.finished.tolist(),
                                                   spec.eos_hit.tolist()):
@@ -170,5 +177,5 @@ def eqspec_round(models, state: BatchState, k: DraftPolicy, max_new_tokens, eos,
         state.tokens = state.tokens[:0]
         yield Event("realign", "finish", state, [], None, record)
         return
-    steps.unpad_append_repad(state, spec.verdict, plan)
+    steps.unpad_append_repad(state, spec.verdict, plan, lag=spec.lag)
     yield Event("realign", "realign", state, [], None, record)

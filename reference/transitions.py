@@ -164,23 +164,26 @@ def catch_up(models: Models, state: BatchState, rnd: Round, calls: list) -> torc
     return forward(models.draft, "draft", state.draft_cache, calls, fed, mask, positions[:, t:], keep=1)
 
 
-def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad) -> None:
+def unpad_append_repad(state: BatchState, verdict: Verdict, plan: Repad, lag: int = 0) -> None:
     """Append each kept row's ``a_i`` tokens and left-pad again to ``L'``;
     shift every cache row by ``δ_i`` and drop rejected drafts (Spec §4.4, §4.5).
+    ``lag``: the draft cache is left ``lag`` slots short (the deferred
+    catch-up, Spec §4.2.1), its next call feeding what it lacks.
 
     The caches move in place, one copy per moving row (:func:`~.moves.realign`);
     when nothing moves (every ``δ_i = 0``, no row left) they are only cropped.
     """
     extended = torch.cat([state.tokens, verdict.proposal], dim=1)  # [B, L + k' + 1]
-    caches = [c for c in (state.target_cache, state.draft_cache) if c is not None]
+    caches = [(c, plan.width - (lag if c is state.draft_cache else 0))
+              for c in (state.target_cache, state.draft_cache) if c is not None]
     if plan.realigns:
         state.tokens = extended[plan.rows[:, None], plan.slots]  # [B', L']
-        for cache in caches:
-            moves.realign(cache, plan.rows, plan.delta, plan.pad, plan.width)
+        for cache, width in caches:
+            moves.realign(cache, plan.rows, plan.delta, plan.pad, width)
     else:  # every row stays put: no host transfer of the plan, no per-row loop
         state.tokens = extended[:, : plan.width]
-        for cache in caches:
-            moves.crop_to(cache, plan.width - 1)
+        for cache, width in caches:
+            moves.crop_to(cache, width - 1)
     if plan.dropped:
         state.requests = [state.requests[i] for i in plan.rows.tolist()]
         state.prompt_length = state.prompt_length[plan.rows]

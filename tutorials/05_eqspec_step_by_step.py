@@ -119,9 +119,12 @@ viz.draw_shift(recorded, before, after, last=22);
 # %% [markdown]
 # ## Positions in the next round
 #
-# The first draft call of the next round feeds each row's newest token. Its
-# position must continue the row: content token `j` at position `j`, whatever
-# the padding (I2). Nothing is outlined: every position is what I2 expects.
+# The first draft call of the next round feeds each row's newest token, and
+# the token before it when the round deferred its catch-up: a row that
+# accepted every draft left the draft cache one slot short, and this call
+# feeds that slot instead of a call of its own (Spec §4.2.1). Each position
+# must continue the row: content token `j` at position `j`, whatever the
+# padding (I2). Nothing is outlined: every position is what I2 expects.
 
 # %%
 next_draft = recorded.find(r + 1, "draft")

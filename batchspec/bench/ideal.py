@@ -26,18 +26,21 @@ def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: 
     return prefill + sum(max(n - 1, 0) * costs.target_call(batch, 1) for n in steps)
 
 
-def ideal_speculative_seconds(costs: Costs, rounds, prefill: float, fed_in_round_1: bool = False) -> float:
+def ideal_speculative_seconds(costs: Costs, rounds, prefill: float, fed_in_round_1: bool = False,
+                              deferred: bool = False) -> float:
     """``rounds``: the run's round records (rows, ``k'``, each ``m_i``);
     ``prefill``: the target's and the draft's prefill, in seconds.
 
     ``fed_in_round_1``: the run's prefill fed nothing (EQSPEC, Spec §4.1), so
     in each static batch's first round the first draft call and the verify
     call are the prefills, priced once, by ``prefill`` (as ``generate``'s
-    first token comes from its prefill)."""
+    first token comes from its prefill). ``deferred``: greedy EQSPEC, whose
+    catch-up of a round with drafts rides on the next round's first draft
+    call (Spec §4.2.1) and is not a call of its own."""
     total = prefill
     for r in rounds:
         b, k = len(r.requests), r.drafted
-        catch_up = k == 0 or any(m == k for m in r.accepted)  # some row needed the last draft's KV
+        catch_up = k == 0 or (not deferred and any(m == k for m in r.accepted))  # the last draft's KV, fed now
         first = fed_in_round_1 and r.round == 1
         total += (k + catch_up - first) * costs.draft_call(b) + (0.0 if first else costs.target_call(b, k + 1))
     return total

@@ -235,7 +235,8 @@ def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> 
         cell.call_seconds = priced_generate
     elif cell.per_round and cell.case.method in ("eqspec", "exspec"):
         cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round, paid["target"] + paid["draft"],
-                                                      fed_in_round_1=cell.case.method == "eqspec")
+                                                      fed_in_round_1=cell.case.method == "eqspec",
+                                                      deferred=cell.case.method == "eqspec")
         cell.ideal_speedup = priced_generate / cell.call_seconds
 
 

@@ -61,40 +61,56 @@ def register(subparsers) -> None:
     add_pair_arguments(p)
     p.set_defaults(dtype="float32")  # what a user times with; exactness is still checked on every output
     next(a for a in p._actions if a.dest == "dtype").help = "model precision (default float32)"
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
-                   help=f"comma-separated, from {', '.join(OURS + PEERS)} (default %(default)s; "
-                        "generate_batch is transformers' continuous batching, very slow on CPU)")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated, from {', '.join(OURS + PEERS)} (default {','.join(DEFAULT_METHODS)}; "
+                        f"{','.join(REAL_PAIR_METHODS)} on a real pair, where EXSPEC at one prompt per row is "
+                        "EQSPEC; generate_batch is transformers' continuous batching, very slow on CPU)")
     p.add_argument("--batch-sizes", type=int_list, default=None,
                    help="comma-separated batch sizes (default 1,4,8,16,32; 1,4,8 on a real pair)")
-    p.add_argument("-k", "--num-draft-tokens", default="4", help="comma-separated k and/or draft policies auto, confident (default 4)")
+    p.add_argument("-k", "--num-draft-tokens", default=None,
+                   help=f"comma-separated k and/or draft policies auto, confident (default 4; {REAL_PAIR_KS} on a real pair)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default 48; 16 on a real pair")
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="interleaved repeats (default 5; 2 on a real pair); the verdict needs at least 2")
-    p.add_argument("--warmup", type=nonnegative_int, default=1,
-                   help="untimed interleaved passes before the repeats (default %(default)s)")
+    p.add_argument("--warmup", type=nonnegative_int, default=None,
+                   help="untimed interleaved passes before the repeats (default 1; 0 on a real pair, whose "
+                        "seconds-long calls leave nothing to warm up)")
     p.add_argument("--prompts-per-batch", type=positive_int, default=1,
                    help="prompts = this × batch size; > 1 is the case EXSPEC exists for (default 1)")
     p.add_argument("--seed", type=int, default=0, help="prompt seed (default %(default)s)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default %(default)s)")
-    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (skipped on a real pair)")
+    p.add_argument("--memory", action="store_true", help="run the peak-memory pass on a real pair too")
     p.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-': standard output)")
     p.add_argument("--plots", metavar="DIR", help="write the plots (PNG) into DIR (needs matplotlib)")
     p.set_defaults(func=main)
 
 
-#: (batch sizes, max_new_tokens, repeats) when not given: the embedded and tiny pairs
-#: take every case; a real pair (seconds per forward call on a CPU) a run of minutes
-SMALL_PAIR_PLAN, REAL_PAIR_PLAN = ([1, 4, 8, 16, 32], 48, 5), ([1, 4, 8], 16, 2)
+#: A real pair's methods and draft policies when not given: the Benchmarks page's table.
+REAL_PAIR_METHODS, REAL_PAIR_KS = ("generate", "assisted", "autoregressive", "eqspec"), "4,auto,confident"
+
+#: (batch sizes, max_new_tokens, repeats, warm-up passes, methods, k, memory pass) when not given: the
+#: embedded and tiny pairs take every case; a real pair (seconds per forward call on a CPU) the
+#: Benchmarks page's table in about 20 minutes on the development CPU
+SMALL_PAIR_PLAN = ([1, 4, 8, 16, 32], 48, 5, 1, ",".join(DEFAULT_METHODS), "4", True)
+REAL_PAIR_PLAN = ([1, 4, 8], 16, 2, 0, ",".join(REAL_PAIR_METHODS), REAL_PAIR_KS, False)
 
 
 def fill_plan_defaults(args) -> None:
     """The plan's defaults for ``args.pair``: a real pair gets batch 1, 4 and 8,
-    16 tokens, 2 repeats (every case would take hours on a CPU)."""
+    16 tokens, 2 repeats, no warm-up and no memory pass, ``generate``, HF
+    assisted, autoregressive and EQSPEC with ``k = 4``, ``auto`` and
+    ``confident`` (every case would take hours on a CPU)."""
     small = args.pair in (None, "default") or args.pair.startswith("tiny-")
     defaults = SMALL_PAIR_PLAN if small else REAL_PAIR_PLAN
-    for name, value in zip(("batch_sizes", "max_new_tokens", "repeats"), defaults):
+    names = ("batch_sizes", "max_new_tokens", "repeats", "warmup", "methods", "num_draft_tokens")
+    for name, value in zip(names, defaults):
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.memory and args.no_memory:
+        raise UsageError("--memory and --no-memory contradict each other: give one")
+    if not (args.memory or args.no_memory):
+        args.no_memory = not defaults[-1]
 
 
 def main(args) -> int:

@@ -12,6 +12,7 @@ import pytest
 from batchspec.bench import run as bench_run
 from batchspec.bench.ideal import ideal_generate_seconds, ideal_speculative_seconds
 from batchspec.cli import main
+from batchspec.cli.errors import UsageError
 from batchspec.reference.draft_costs import Costs
 
 SMALL = ["bench", "--pair", "tiny-llama", "--dtype", "float64", "--batch-sizes", "1,2", "--max-new-tokens", "6",
@@ -78,6 +79,9 @@ def test_ideal_prices_rounds_at_the_batch_they_had():
     # a prefill that fed nothing: round 1's first draft call and its verify are the prefill (paid once)
     assert ideal_speculative_seconds(costs, rounds, prefill=7.0, fed_in_round_1=True) == pytest.approx(
         7.0 + 2 * 2.0 + 2 * 1.0 + 12.0)
+    # greedy EQSPEC defers the catch-up to the next draft call (Spec §4.2.1): round 1 pays 2 draft calls, not 3
+    assert ideal_speculative_seconds(costs, rounds, prefill=0.0, deferred=True) == pytest.approx(
+        2 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
     # two static batches whose longest outputs are 5 and 3 tokens: the prefill gives each its first
     # token, then 4 and 2 one-token calls at batch 4
     assert ideal_generate_seconds(costs, [5, 3], 4, prefill=9.0) == pytest.approx(9.0 + 6 * 20.0)
@@ -200,7 +204,7 @@ def test_the_costs_are_measured_in_every_pass_and_their_median_prices_the_runs(m
     assert out["costs"].target[2][3] == pytest.approx(4.5)  # cell by cell medians of 9.0, 4.5, 4.0
     cell = next(c for c in out["cells"] if c.case.method == "eqspec")
     rounds = cell.per_round
-    drafts = sum(r.drafted + (any(m == r.drafted for m in r.accepted)) for r in rounds) * 0.1
+    drafts = sum(r.drafted + (r.drafted == 0) for r in rounds) * 0.1  # catch-ups deferred (Spec §4.2.1)
     dear = sum(len(r.requests) == 2 and r.drafted == 2 for r in rounds)  # verify calls of 3 tokens at batch 2
     assert dear > 0
     # each static batch's first round: its first draft call and its verify are the prefills (Spec §4.1)
@@ -232,14 +236,22 @@ def test_a_real_pair_gets_a_plan_of_minutes_unless_told_otherwise():
     from batchspec.cli.bench import fill_plan_defaults
 
     def plan(pair, **given):
-        args = SimpleNamespace(pair=pair, batch_sizes=None, max_new_tokens=None, repeats=None)
+        args = SimpleNamespace(pair=pair, batch_sizes=None, max_new_tokens=None, repeats=None, warmup=None,
+                               methods=None, num_draft_tokens=None, memory=False, no_memory=False)
         args.__dict__.update(given)
         fill_plan_defaults(args)
-        return args.batch_sizes, args.max_new_tokens, args.repeats
+        return (args.batch_sizes, args.max_new_tokens, args.repeats, args.warmup, args.methods,
+                args.num_draft_tokens, not args.no_memory)
 
-    assert plan(None) == plan("default") == plan("tiny-llama") == ([1, 4, 8, 16, 32], 48, 5)
-    assert plan("qwen2.5-coder") == ([1, 4, 8], 16, 2)
-    assert plan("qwen2.5-coder", max_new_tokens=32, batch_sizes=[1]) == ([1], 32, 2)
+    small = ([1, 4, 8, 16, 32], 48, 5, 1, "generate,assisted,autoregressive,eqspec,exspec", "4", True)
+    assert plan(None) == plan("default") == plan("tiny-llama") == small
+    real = ([1, 4, 8], 16, 2, 0, "generate,assisted,autoregressive,eqspec", "4,auto,confident", False)
+    assert plan("qwen2.5-coder") == real
+    assert plan("qwen2.5-coder", max_new_tokens=32, batch_sizes=[1], memory=True, warmup=1) == (
+        [1], 32, 2, 1, *real[4:6], True)
+    assert plan("tiny-llama", no_memory=True)[-1] is False
+    with pytest.raises(UsageError, match="--memory and --no-memory"):
+        plan("tiny-llama", memory=True, no_memory=True)
 
 
 def test_tokens_per_second_keep_three_significant_figures_without_an_exponent():

@@ -84,7 +84,7 @@ def _content_sources(step, model="target"):
     obs = step["observation"]
     cache = obs["caches"][model]
     for i, request in enumerate(obs["requests"]):
-        for s in range(obs["pad"][i], len(obs["tokens"][i]) - 1):
+        for s in range(obs["pad"][i], min(len(obs["tokens"][i]) - 1, len(cache["source"][i]))):  # a lagging draft cache holds one fewer
             yield request, s, cache["source"][i][s], cache["token"][i][s], obs["tokens"][i][s]
 
 

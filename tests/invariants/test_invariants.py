@@ -109,7 +109,8 @@ def test_i2_fires_when_mask_and_positions_agree_but_skip_the_stream(run):
     call.attention_mask[0, p] = 0  # one content slot dropped, positions recomputed from that mask
     call.position_ids[0] -= 1
     found = position_continuity(o)
-    assert [(v.row, v.expected, v.actual) for v in found] == [(0, o.length[0] - 1, o.length[0] - 2)]
+    want = o.length[0] - 1 + call.cache_length - (o.width - 1)  # c_i - 1, less one if the draft cache lags
+    assert [(v.row, v.expected, v.actual) for v in found] == [(0, want, want - 1)]
 
 
 # ---- I3 -----------------------------------------------------------------------------------
@@ -155,8 +156,24 @@ def test_i4_fires_when_verify_checks_other_tokens_than_drafted(run):
     assert found[0].expected == o.draft_tokens[2].tolist()
 
 
+def first_draft_call(obs_list, lag: int):
+    """The first draft step whose call starts a round over a cache ``lag`` slots short of ``L - 1``."""
+    starts = [o for o in obs_list if o.step == "draft" and o.draft_tokens.shape[1] == 1 and o.calls]
+    return next(o for o in starts if o.calls[0].cache_length == o.width - 1 - lag)
+
+
+def test_i4_fires_when_a_lagging_draft_call_does_not_feed_the_slot_it_lacks(run):
+    o = mutable(first_draft_call(run[2], lag=1))  # the previous round deferred its catch-up (Spec §4.2.1)
+    call = o.calls[0]
+    assert draft_target_sync(o) == [] and call.input_ids.shape[1] == 2
+    call.input_ids = call.input_ids.clone()
+    call.input_ids[1, 0] = (int(call.input_ids[1, 0]) + 1) % 96  # not the token before the newest
+    found = draft_target_sync(o)
+    assert [(v.invariant, v.row, v.model) for v in found] == [("I4", 1, "draft")]
+
+
 def test_i4_fires_when_a_round_does_not_start_at_the_newest_token(run):
-    o = mutable(first(run[2], "draft", round=2))
+    o = mutable(first(run[2], "verify", round=2))  # the target's cache is never short: its call starts at L - 1
     call = o.calls[0]
     assert call.cache_length == o.width - 1
     call.input_ids = call.input_ids.clone()  # it is a view of the grid's newest column
@@ -167,9 +184,16 @@ def test_i4_fires_when_a_round_does_not_start_at_the_newest_token(run):
 
 def test_i4_fires_when_the_caches_disagree_in_length(run):
     o = mutable(ragged_boundary(run[2]))
-    o.caches["draft"] = CacheView([(k[:, :, :-1], v[:, :, :-1]) for k, v in o.caches["draft"].layers])
+    short = o.width - 3  # two slots short: more than the deferred catch-up's one (Spec §4.2.1)
+    o.caches["draft"] = CacheView([(k[:, :, :short], v[:, :, :short]) for k, v in o.caches["draft"].layers])
     found = draft_target_sync(o)
-    assert len(found) == 1 and found[0].actual == {"target": o.width - 1, "draft": o.width - 2}
+    assert len(found) == 1 and found[0].actual == {"target": o.width - 1, "draft": short}
+
+
+def test_i3_and_i4_allow_the_draft_cache_one_slot_short_at_a_boundary(run):
+    lagging = [o for o in run[2] if o.step == "realign" and o.caches["draft"].length == o.width - 2]
+    assert lagging  # the run deferred a catch-up (Spec §4.2.1)
+    assert draft_target_sync(lagging[0]) == [] and cache_correspondence(lagging[0]) == []
 
 
 def test_check_raises_with_fields(run):

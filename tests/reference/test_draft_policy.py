@@ -30,8 +30,12 @@ def test_free_drafts_and_flat_verify_draft_the_most():
 
 
 def test_drafts_that_cost_more_than_they_save_mean_plain_decoding():
-    # a verify token costs as much as a whole call: drafting can never pay
-    assert best_k(flat_costs(0.5, 0.0, 1.0), batch=4, alpha=0.9) == 0
+    # a verify token costs as much as a whole call: drafting can never pay against plain decoding,
+    # which the run then does without the draft (can_pay) ...
+    assert not can_pay(flat_costs(0.5, 0.0, 1.0), 4)
+    # ... while inside a run that keeps the draft a k = 0 round pays its catch-up (Spec §4.2.1), and one
+    # draft, whose catch-up is deferred, costs less per token: 2.5 s / 1.9 tokens against 1.5 s / 1 token
+    assert best_k(flat_costs(0.5, 0.0, 1.0), batch=4, alpha=0.9) == 1
     # hopeless drafts with a non-trivial draft cost: plain decoding as well
     assert best_k(flat_costs(0.2, 1.0, 0.0), batch=4, alpha=0.0) == 0
 
@@ -203,6 +207,29 @@ def test_one_auto_calibrates_once_per_shape_and_says_what_it_measured(pairs, gre
     assert sorted(key[2] for key in auto.calibrations) == [2, 4] and auto.costs is None  # the caller's object
     assert all(r.sequences == [greedy_reference(target, p, 6) for p in PROMPTS[:4]] for r in runs)
     assert runs[1].stats.draft_policy["policy"] == "auto" and "costs" in runs[1].stats.draft_policy
+
+
+def test_auto_by_name_calibrates_once_per_shape_on_the_target(pairs, greedy_reference):
+    """The name ``"auto"`` builds a policy per call, but its memo is the target
+    model's ``batchspec_calibrations``: a second call at the same batch size
+    measures nothing, another batch size or another target measures again,
+    and deleting the attribute measures again (Spec §4.2.2)."""
+    target, draft = pairs("llama", "perturbed")
+    other, _ = pairs("llama", "self")
+    for model in (target, other):
+        model.__dict__.pop("batchspec_calibrations", None)  # the pairs fixture shares models between tests
+
+    def calibrations(model, b):
+        result = batchspec.generate(model, draft, PROMPTS[:4], num_draft_tokens="auto", max_new_tokens=6,
+                                    batch_size=b)
+        assert result.sequences == [greedy_reference(model, p, 6) for p in PROMPTS[:4]]
+        return len(result.stats.calibrations)
+
+    assert [calibrations(target, b) for b in (2, 2, 4, 4)] == [1, 0, 1, 0]
+    assert sorted(key[2] for key in target.batchspec_calibrations) == [2, 4]
+    assert calibrations(other, 2) == 1  # another target: its own memo
+    del target.batchspec_calibrations
+    assert calibrations(target, 2) == 1
 
 
 def test_auto_decodes_without_the_draft_where_drafting_cannot_pay(pairs, greedy_reference):

@@ -116,8 +116,8 @@ def test_refinement_check_can_fail(spec):
     from batchspec.reference import STEPS
     from batchspec.reference import transitions
 
-    def lazy(state, verdict, plan):
-        transitions.unpad_append_repad(state, verdict, plan)
+    def lazy(state, verdict, plan, lag=0):
+        transitions.unpad_append_repad(state, verdict, plan, lag)
         for keys, _ in layer_tensors(state.target_cache):
             keys[0, :, : state.width - 1] += 1.0  # row 0's cached keys no longer match its tokens
 
