@@ -9,6 +9,7 @@ import math
 import random
 import re
 import sys
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -160,11 +161,30 @@ def _prompt_maker(kind: str, tokenizer, target) -> Callable[[int, int], list[lis
     return random_ids
 
 
+#: Seconds between two progress lines when standard error is not a terminal.
+PROGRESS_EVERY = 30.0
+
+
 def progress(iterable: Iterable, total: int | None = None, desc: str | None = None, enabled: bool = True):
-    """``iterable``, with a tqdm bar on standard error only when that is a terminal and ``enabled``
-    (commands pass ``not args.json``): pipes, files and JSON output stay clean."""
-    if not (enabled and sys.stderr.isatty()):
+    """``iterable``, with a tqdm bar on standard error when that is a terminal and ``enabled``
+    (commands pass ``not args.json``); into a file or a pipe, one plain line at most every
+    :data:`PROGRESS_EVERY` seconds (``bench: 12/48 after 3.5 min``), so that a long run
+    written to a log still shows how far it is."""
+    if not enabled:
         return iterable
+    if not sys.stderr.isatty():
+        return _progress_lines(iterable, total, desc or "progress")
     from tqdm.auto import tqdm
 
     return tqdm(iterable, total=total, desc=desc, leave=False, file=sys.stderr)
+
+
+def _progress_lines(iterable: Iterable, total: int | None, desc: str):
+    began = last = time.monotonic()
+    for done, item in enumerate(iterable):
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY:
+            last = now
+            print(f"{desc}: {done}/{total if total is not None else '?'} after {(now - began) / 60:.1f} min",
+                  file=sys.stderr, flush=True)
+        yield item

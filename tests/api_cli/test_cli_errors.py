@@ -138,10 +138,16 @@ def test_every_option_has_help_and_the_exit_codes_are_listed():
         assert max(map(len, help_text.splitlines())) <= 100
 
 
-def test_progress_bars_only_on_a_terminal(monkeypatch):
+def test_progress_bars_only_on_a_terminal_and_lines_into_a_log(monkeypatch, capsys):
     items = [1, 2, 3]
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
-    assert common.progress(items, 3, "x", True) is items
+    assert list(common.progress(items, 3, "x", True)) == items
+    assert capsys.readouterr().err == ""  # a quick run into a log: no line
+    monkeypatch.setattr(common, "PROGRESS_EVERY", 0.0)
+    assert list(common.progress(items, 3, "bench", True)) == items
+    assert [line.split(" after ")[0] for line in capsys.readouterr().err.splitlines()] == [
+        "bench: 0/3", "bench: 1/3", "bench: 2/3"]
+    assert common.progress(items, 3, "x", False) is items  # --json
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     assert common.progress(items, 3, "x", False) is items  # --json
     bar = common.progress(items, 3, "x", True)
