@@ -102,8 +102,10 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     name, spec = method_spec(method, METHODS)
     models = Models(target, draft if spec.needs_draft else None)
     stats = Stats(name)
-    policy = start(models, policy, batch_size or max(len(prompts), 1), stats.calibrations.append)
-    if policy.k_max == 0:  # plain decoding: auto found that speculation cannot pay (stats say so)
+    policy = start(models, policy, batch_size or max(len(prompts), 1), stats.calibrations.append,
+                   budget=None if name == "exspec" else max_new_tokens,  # EXSPEC refills: no slowest row to wait for
+                   width=max(map(len, prompts), default=0))
+    if policy.k_max == 0:  # plain decoding: auto expects no drafting to pay here (stats say why)
         models = Models(target, None)
     config = DecodeConfig(
         k=policy, max_new_tokens=max_new_tokens,

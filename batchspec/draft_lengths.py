@@ -51,11 +51,14 @@ def by_name(value, policy: DraftPolicy, target) -> DraftPolicy:
     return policy
 
 
-def start(models, policy: DraftPolicy, batch_size: int, on_calibrate: Callable | None = None) -> DraftPolicy:
+def start(models, policy: DraftPolicy, batch_size: int, on_calibrate: Callable | None = None,
+          budget: int | None = None, width: int = 0) -> DraftPolicy:
     """The copy of ``policy`` one run decodes with (``Fixed(0)``, plain
     decoding, when ``models.draft is None``). ``Auto`` calibrates here, on
-    first use of a shape; ``on_calibrate(report)`` hears what was measured
-    (``report``: batch size, seconds per call shape, seconds spent)."""
+    first use of a shape, and decides whether to draft at all for rows of
+    ``budget`` tokens after prompts padded to ``width`` (Spec §4.2.2);
+    ``on_calibrate(report)`` hears what was measured (``report``: batch
+    size, seconds per call shape and per draft prefill position, seconds spent)."""
     if models.draft is None:
         return Fixed(0)
 
@@ -64,10 +67,11 @@ def start(models, policy: DraftPolicy, batch_size: int, on_calibrate: Callable |
         costs = calibrate(target, draft, batch, k_max)
         if on_calibrate is not None:
             on_calibrate({"batch_size": batch, "draft_call": costs.draft[batch], "target_calls": costs.target[batch],
+                          "draft_prefill_per_position": costs.draft_prefill[batch],
                           "seconds": time.perf_counter() - began})
         return costs
 
-    return policy.start(models, batch_size, measure)
+    return policy.start(models, batch_size, measure, budget, width)
 
 
 def prefilled(model, batch: int, context: int, extra: int):
@@ -93,13 +97,16 @@ def timed_call(model, ids, cache, n: int, context: int) -> float:
 
 
 @torch.no_grad()
-def calibrate(target, draft, batch_size: int, k_max: int = AUTO_MAX_K, repeats: int = 3) -> Costs:
+def calibrate(target, draft, batch_size: int, k_max: int = AUTO_MAX_K, repeats: int = 2) -> Costs:
     """The costs ``"auto"`` prices rounds with, at ``batch_size`` only: a draft
-    call of one token, target calls of 1 and ``k_max + 1`` tokens (the others
-    interpolate linearly). Each shape runs once untimed, then ``repeats``
-    times; its median counts: a context fill, then ``repeats + 1`` calls per
-    shape, a few seconds on a CPU for a 1.5B target."""
-    shapes = [("draft", 1), ("target", 1), ("target", k_max + 1)]
+    call of one token, target calls of 1, 2 and ``k_max + 1`` tokens (the
+    others interpolate linearly between them; a CPU's cost often jumps from
+    one token per row to two, and one line from 1 to ``k_max + 1`` would hide
+    it), and the draft's prefill per prompt position. Each call shape runs
+    once untimed, then ``repeats`` times; its median counts: a context fill,
+    then ``repeats + 1`` calls per shape and one more draft fill, a few
+    seconds on a CPU for a 1.5B target."""
+    shapes = [("draft", 1)] + [("target", n) for n in sorted({1, min(2, k_max + 1), k_max + 1})]
     models = {"target": target, "draft": draft}
     prepared = {name: prefilled(model, batch_size, CONTEXT, k_max + 1) for name, model in models.items()}
     seconds = {}
@@ -107,6 +114,9 @@ def calibrate(target, draft, batch_size: int, k_max: int = AUTO_MAX_K, repeats: 
         timed_call(models[name], *prepared[name], n, CONTEXT)  # warm for this shape
         seconds[(name, n)] = statistics.median(timed_call(models[name], *prepared[name], n, CONTEXT)
                                                for _ in range(repeats))
+    start = clock(draft.device)
+    prefilled(draft, batch_size, CONTEXT, 0)  # warm: its first fill ran above
+    fill = clock(draft.device) - start
     return Costs(draft={batch_size: seconds[("draft", 1)]},
-                 target={batch_size: {n: seconds[("target", n)] for name, n in shapes if name == "target"}})
-
+                 target={batch_size: {n: seconds[("target", n)] for name, n in shapes if name == "target"}},
+                 draft_prefill={batch_size: fill / CONTEXT})

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .draft_costs import AUTO_MAX_K, Costs, best_k, calibration_key, can_pay
+from .draft_costs import AUTO_MAX_K, Costs, best_k, calibration_key, worth_trying
 
 
 class DraftPolicy:
@@ -39,9 +39,13 @@ class DraftPolicy:
     def check(self) -> None:
         """Raise a ``ValueError`` naming a field whose value no round can use."""
 
-    def start(self, models, batch_size: int, calibrate: Callable) -> DraftPolicy:
+    def start(self, models, batch_size: int, calibrate: Callable, budget: int | None = None,
+              width: int = 0) -> DraftPolicy:
         """The copy one run decodes with. ``calibrate(target, draft, batch_size,
-        k_max) -> Costs`` measures forward costs; only :class:`Auto` calls it."""
+        k_max) -> Costs`` measures forward costs; only :class:`Auto` calls it,
+        and only it reads ``budget``, the tokens each row may commit (``None``:
+        not known in advance, as in a scheduler), and ``width``, the padded
+        prompt length its draft would prefill."""
         return replace(self)
 
     def choose(self, batch: int) -> int:
@@ -81,7 +85,8 @@ class Fixed(DraftPolicy):
     def check(self) -> None:
         require_count("num_draft_tokens", self.k, 1)
 
-    def start(self, models, batch_size: int, calibrate: Callable) -> DraftPolicy:
+    def start(self, models, batch_size: int, calibrate: Callable, budget: int | None = None,
+              width: int = 0) -> DraftPolicy:
         return self
 
     def describe(self) -> dict:
@@ -99,9 +104,12 @@ class Auto(DraftPolicy):
     draft, batch size, dtype, device, threads), measuring them only the first
     time: ``calibrations`` is the memo, shared by every run started from this
     object, so that one ``Auto()`` passed to many calls calibrates once per
-    shape. Where no ``k >= 1`` can pay even at full acceptance
-    (:func:`~batchspec.reference.draft_costs.can_pay`), the run's ``k_max`` is 0: the caller decodes plainly,
-    without the draft, and the statistics say why.
+    shape. Where no ``k >= 1`` is expected to finish the batch's ``budget``
+    sooner than plain decoding at the ``prior`` acceptance, counting the
+    draft's prefill and rounds to the slowest row (:func:`~batchspec.reference.draft_costs.worth_trying`),
+    the run's ``k_max`` is 0: the caller decodes plainly, without the draft
+    (no draft prefill, no catch-up calls), and the statistics say why. A
+    user who knows the pair accepts more can say so with ``prior``.
 
     ``choose(batch)`` is called before a round, ``learn(drafted, accepted)``
     after it. The acceptance estimate is the maximum-likelihood one for a row
@@ -115,6 +123,7 @@ class Auto(DraftPolicy):
     prior_weight: float = 4.0
     calibrations: dict = field(default_factory=dict, repr=False)  # key -> Costs, the memo
     costs: Costs | None = None  # this run's table (given, or from the memo)
+    budget: int | None = None  # this run's tokens per row (set by start), for statistics
     accepted: float = field(default=0.0, init=False)
     tried: float = field(default=0.0, init=False)
     chosen: list[int] = field(default_factory=list, init=False)  # k' per round, for statistics
@@ -124,14 +133,16 @@ class Auto(DraftPolicy):
         if not 0.0 <= self.prior <= 1.0:
             raise ValueError(f"Auto.prior must be in [0, 1], got {self.prior!r}")
 
-    def start(self, models, batch_size: int, calibrate: Callable) -> DraftPolicy:
+    def start(self, models, batch_size: int, calibrate: Callable, budget: int | None = None,
+              width: int = 0) -> DraftPolicy:
         costs = self.costs
         if costs is None:
             key = calibration_key(models, batch_size)
             if key not in self.calibrations:
                 self.calibrations[key] = calibrate(models.target, models.draft, batch_size, self.k_max)
             costs = self.calibrations[key]
-        return replace(self, costs=costs, k_max=self.k_max if can_pay(costs, batch_size, self.k_max) else 0)
+        tries = worth_trying(costs, batch_size, budget, self.prior, self.k_max, width)
+        return replace(self, costs=costs, k_max=self.k_max if tries else 0, budget=budget)
 
     @property
     def alpha(self) -> float:
@@ -164,8 +175,10 @@ class Auto(DraftPolicy):
         if self.costs is not None:
             out["costs"] = {"draft": dict(self.costs.draft), "target": {b: dict(t) for b, t in self.costs.target.items()}}
         if self.k_max == 0:
-            out["note"] = ("k'=0: at the measured costs no k >= 1 beats plain decoding even if every draft were "
-                           "accepted; decoded without the draft")
+            tokens = "its budget" if self.budget is None else f"{self.budget} tokens"
+            out["note"] = (f"k'=0: at the measured costs and the prior acceptance {self.prior:g}, no k >= 1 is "
+                           f"expected to finish {tokens} per row sooner than plain decoding (the draft's prefill "
+                           "counted, rounds counted to the slowest row); decoded without the draft")
         return out
 
 

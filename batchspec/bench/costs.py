@@ -19,19 +19,23 @@ from ..reference.state import attention_mask, content_index, left_pad
 from ..reference.storage import new_cache
 
 
-def _interleaved(cells: list, time_cell, repeats: int) -> dict:
+def _interleaved(cells: list, time_cell, repeats: int, untimed_first: bool = True) -> dict:
     """``{cell: median seconds}``: ``time_cell(cell)`` for every cell once per
-    pass, passes interleaved, the first pass untimed, each cell the median
+    pass, passes interleaved, the first pass untimed unless ``time_cell``
+    warms each cell itself (``untimed_first=False``), each cell the median
     of its ``repeats`` counted passes (a slow moment of a shared machine
     moves every cell a little rather than one cell a lot)."""
     times: dict = {cell: [] for cell in cells}
-    for done in range(repeats + 1):
+    for done in range(repeats + untimed_first):
         for cell in cells:
             seconds = time_cell(cell)
-            if done:
+            if done or not untimed_first:
                 times[cell].append(seconds)
     return {cell: statistics.median(t) for cell, t in times.items()}
 
+
+#: Seconds from which a timed call is long enough to count once (:func:`measure_costs`).
+LONG_CALL = 0.1
 
 #: Tokens per target call that are measured; the others interpolate.
 MEASURED_TOKENS = (1, 2, 3, 5, AUTO_MAX_K + 1)
@@ -47,12 +51,16 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     Every cell is timed once per pass and the passes are interleaved, so
     that a slow moment of a shared machine moves every cell a little rather
     than one cell a lot (the ideal speedup is a ratio of cells); each cell
-    is the median of its ``repeats`` passes after a first, untimed one. In
-    a pass a cell runs one untimed call and counts the faster of the next
-    two, so that it is timed warm, as a decoder's calls of one shape follow
-    each other, not right after another cell's shape (timed so, cold, the
-    calls of the default pair at batch 1 were priced at 112% of a run's
-    measured time).
+    is the median of its ``repeats`` passes. In a pass a cell runs one
+    untimed call first, so that it is timed warm, as a decoder's calls of
+    one shape follow each other, not right after another cell's shape
+    (timed so, cold, the calls of the default pair at batch 1 were priced
+    at 112% of a run's measured time); that call also makes an untimed
+    first pass needless. A short call (under :data:`LONG_CALL`) counts the
+    faster of the next two, against the timer's and the scheduler's
+    jitter; a longer one counts the next one: on a 1.5B target on a CPU,
+    three calls per cell and an untimed pass made the table about a third
+    of the benchmark's whole time.
     """
     batches, tokens = sorted(set(batches)), list(tokens)
     cells = [("draft", b, 1) for b in batches] + [("target", b, n) for b in batches for n in tokens]
@@ -63,9 +71,10 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
         name, b, n = cell
         call = (models[name], *prepared[(name, b)], n, context)
         timed_call(*call)  # warm for this shape
-        return min(timed_call(*call), timed_call(*call))
+        first = timed_call(*call)
+        return first if first >= LONG_CALL else min(first, timed_call(*call))
 
-    median = _interleaved(cells, warm, repeats)
+    median = _interleaved(cells, warm, repeats, untimed_first=False)
     return Costs(draft={b: median[("draft", b, 1)] for b in batches},
                  target={b: {n: median[("target", b, n)] for n in tokens} for b in batches})
 

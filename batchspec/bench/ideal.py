@@ -27,7 +27,7 @@ def ideal_generate_seconds(costs: Costs, steps: list[int], batch: int, prefill: 
 
 
 def ideal_speculative_seconds(costs: Costs, rounds, prefill: float, fed_in_round_1: bool = False,
-                              deferred: bool = False) -> float:
+                              deferred: bool = False, drafted: bool = True) -> float:
     """``rounds``: the run's round records (rows, ``k'``, each ``m_i``);
     ``prefill``: the target's and the draft's prefill, in seconds.
 
@@ -36,11 +36,14 @@ def ideal_speculative_seconds(costs: Costs, rounds, prefill: float, fed_in_round
     call are the prefills, priced once, by ``prefill`` (as ``generate``'s
     first token comes from its prefill). ``deferred``: greedy EQSPEC, whose
     catch-up of a round with drafts rides on the next round's first draft
-    call (Spec §4.2.1) and is not a call of its own."""
+    call (Spec §4.2.1) and is not a call of its own. ``drafted=False``: a
+    run that decoded without the draft (``auto`` where drafting was not
+    expected to pay, Spec §4.2.2): no draft calls at all."""
     total = prefill
     for r in rounds:
         b, k = len(r.requests), r.drafted
-        catch_up = k == 0 or (not deferred and any(m == k for m in r.accepted))  # the last draft's KV, fed now
+        catch_up = drafted and (k == 0 or (not deferred and any(m == k for m in r.accepted)))  # last draft's KV
         first = fed_in_round_1 and r.round == 1
-        total += (k + catch_up - first) * costs.draft_call(b) + (0.0 if first else costs.target_call(b, k + 1))
+        draft_calls = k + catch_up - (first and drafted)
+        total += draft_calls * costs.draft_call(b) + (0.0 if first else costs.target_call(b, k + 1))
     return total

@@ -234,9 +234,11 @@ def _price_cell(cell: Cell, costs, prefill: dict, expected: list[list[int]]) -> 
     if cell.case.method == "generate":
         cell.call_seconds = priced_generate
     elif cell.per_round and cell.case.method in ("eqspec", "exspec"):
-        cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round, paid["target"] + paid["draft"],
+        drafted = (cell.stats or {}).get("draft_calls") != 0  # auto may decode without the draft (Spec §4.2.2)
+        cell.call_seconds = ideal_speculative_seconds(costs, cell.per_round,
+                                                      paid["target"] + (paid["draft"] if drafted else 0.0),
                                                       fed_in_round_1=cell.case.method == "eqspec",
-                                                      deferred=cell.case.method == "eqspec")
+                                                      deferred=cell.case.method == "eqspec", drafted=drafted)
         cell.ideal_speedup = priced_generate / cell.call_seconds
 
 
@@ -252,7 +254,7 @@ def _costs(pair, plan: Plan, pool):
         return None
     k_max = max(as_policy(k).k_max for k in plan.ks)
     context = int(statistics.mean(map(len, pool))) + plan.max_new_tokens // 2
-    tokens = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, 13, k_max + 1) if n <= k_max + 1})  # the rest interpolate
+    tokens = sorted({n for n in (1, 2, 3, 4, 5, 7, 9, k_max + 1) if n <= k_max + 1})  # the rest interpolate
     return measure_costs(pair.target, pair.draft, plan.batches, context, tokens=tokens, repeats=COST_REPEATS)
 
 

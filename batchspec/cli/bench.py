@@ -149,7 +149,9 @@ def main(args) -> int:
         for c in result.get("calibrations") or ():
             print(f"auto calibrated at batch {c['batch_size']} in {c['seconds']:.2f} s (untimed): draft call "
                   f"{c['draft_call'] * 1e3:.1f} ms, target calls " +
-                  ", ".join(f"{n} tok {s * 1e3:.1f} ms" for n, s in c["target_calls"].items()))
+                  ", ".join(f"{n} tok {s * 1e3:.1f} ms" for n, s in c["target_calls"].items()) +
+                  (f", draft prefill {c['draft_prefill_per_position'] * 1e3:.2f} ms per prompt position"
+                   if c.get("draft_prefill_per_position") is not None else ""))
         print(report.table(table_rows))
         print(report.legend(pair.target.device))
         machine_line = steadiness.line(result.get("steadiness"))

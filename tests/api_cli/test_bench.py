@@ -82,6 +82,13 @@ def test_ideal_prices_rounds_at_the_batch_they_had():
     # greedy EQSPEC defers the catch-up to the next draft call (Spec §4.2.1): round 1 pays 2 draft calls, not 3
     assert ideal_speculative_seconds(costs, rounds, prefill=0.0, deferred=True) == pytest.approx(
         2 * 2.0 + 30.0 + 2 * 1.0 + 12.0)
+    # a run without the draft (auto, Spec §4.2.2): its rounds are k' = 0 target calls, no catch-up, and
+    # with a prefill that fed nothing, round 1's target call is the prefill
+    plain = [Round(1, 4, 0, [0] * 4), Round(2, 4, 0, [0] * 4), Round(3, 1, 0, [0])]
+    assert ideal_speculative_seconds(costs, plain, prefill=7.0, fed_in_round_1=True, deferred=True,
+                                     drafted=False) == pytest.approx(7.0 + 20.0 + 10.0)
+    assert ideal_speculative_seconds(costs, plain, prefill=7.0, fed_in_round_1=True, deferred=True) == \
+        pytest.approx(7.0 + 20.0 + 2.0 + 10.0 + 1.0)  # with the draft: the catch-up of rounds 2 and 3
     # two static batches whose longest outputs are 5 and 3 tokens: the prefill gives each its first
     # token, then 4 and 2 one-token calls at batch 4
     assert ideal_generate_seconds(costs, [5, 3], 4, prefill=9.0) == pytest.approx(9.0 + 6 * 20.0)
@@ -123,9 +130,11 @@ def test_bad_arguments_are_one_line_usage_errors(capsys, args, message):
 
 
 def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
-    """Every cell is timed once per pass before any is timed again (one warm
-    call, then the faster of two), the first pass is not counted, and a cell
-    is its median over the passes: one slow pass moves nothing."""
+    """Every cell is timed once per pass before any is timed again, each
+    time after one warm call of its own (so no pass goes uncounted); a short
+    call counts the faster of two, a long one (0.1 s or more) the one call
+    after its warm one; a cell is its median over the passes: one slow pass
+    moves nothing."""
     from batchspec.bench import costs
     from batchspec.models import tiny
 
@@ -135,17 +144,20 @@ def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
     def timed(model, ids, cache, n, context):
         cell = ("target" if model is target else "draft", ids.shape[0], n)
         order.append(cell)
-        calls = order.count(cell)  # 1-based; calls 3p+1 .. 3p+3 are pass p
-        passes, within = (calls - 1) // 3 - 1, (calls - 1) % 3  # counted pass (0-based), call in it
-        slow = 99.0 if cell == ("target", 2, 3) and passes == 1 else 0.0  # one whole slow pass of one cell
-        return 1.0 + 0.01 * passes + slow + (5.0 if within == 0 else 0.5 * within)
+        calls = order.count(cell)
+        width = 2 if cell[0] == "target" and n == 3 else 3  # long calls: warm + 1; short: warm + 2
+        passes, within = (calls - 1) // width, (calls - 1) % width  # pass (0-based), call in it
+        slow = {("target", 2, 3): 99.0, ("target", 1, 1): 0.05}.get(cell, 0.0) if passes == 1 else 0.0  # a slow pass
+        base = 1.0 if width == 2 else 0.01  # seconds: long calls, or short ones
+        return base * (1.0 + 0.01 * passes) + slow + (5.0 if within == 0 else 0.001 * within)
 
     monkeypatch.setattr(costs, "timed_call", timed)
     table = costs.measure_costs(target, draft, [2, 1], context=4, tokens=[1, 3], repeats=3)
     cells = [("draft", 1, 1), ("draft", 2, 1), ("target", 1, 1), ("target", 1, 3), ("target", 2, 1), ("target", 2, 3)]
-    assert order == [c for c in cells for _ in range(3)] * 4  # one untimed pass, then three, each over every cell
-    assert table.target[2][3] == pytest.approx(1.52)  # median of 1.50, 100.51, 1.52: the faster timed call
-    assert table.target[1][1] == pytest.approx(1.51) and table.draft[2] == pytest.approx(1.51)
+    assert order == [c for c in cells for _ in range(2 if c[0] == "target" and c[2] == 3 else 3)] * 3
+    assert table.target[2][3] == pytest.approx(1.021)  # median of 1.001, 100.011, 1.021: long, one call counted
+    assert table.target[1][1] == pytest.approx(0.0102 + 0.001)  # median of 0.011, 0.0611, 0.0112: short, faster
+    assert table.draft[2] == pytest.approx(0.0101 + 0.001)
 
 
 def test_ratios_to_generate_are_paired_pass_by_pass():

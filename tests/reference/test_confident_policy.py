@@ -116,8 +116,10 @@ def test_auto_calibrates_with_a_few_calls_of_the_shapes_it_prices(default_pair):
     finally:
         for h in hooks:
             h.remove()
-    assert sorted(costs.target[4]) == [1, 9] and set(costs.draft) == {4}
-    assert calls["target"] <= 9 and calls["draft"] <= 5  # a context fill, then 4 calls per shape
+    assert sorted(costs.target[4]) == [1, 2, 9] and set(costs.draft) == set(costs.draft_prefill) == {4}
+    assert costs.draft_prefill[4] > 0
+    # a context fill, then 3 calls per shape; the draft fills once more, timed
+    assert calls["target"] == 1 + 3 * 3 and calls["draft"] == 1 + 3 + 1
     assert isinstance(start(Models(target, draft), as_policy("auto"), 4), Auto)
     assert start(Models(target, None), as_policy("confident"), 4) == Fixed(0)
 

@@ -11,7 +11,7 @@ import batchspec
 from batchspec.driver import drive
 from batchspec.methods import METHODS, DecodeConfig
 from batchspec.reference import Models
-from batchspec.reference.draft_costs import Costs, best_k, can_pay, expected_tokens
+from batchspec.reference.draft_costs import Costs, best_k, expected_tokens, rounds_to_finish, worth_trying
 from batchspec.reference.draft_policy import Auto, DraftPolicy
 from batchspec.stats import Stats
 from batchspec.testing import random_prompts
@@ -31,8 +31,8 @@ def test_free_drafts_and_flat_verify_draft_the_most():
 
 def test_drafts_that_cost_more_than_they_save_mean_plain_decoding():
     # a verify token costs as much as a whole call: drafting can never pay against plain decoding,
-    # which the run then does without the draft (can_pay) ...
-    assert not can_pay(flat_costs(0.5, 0.0, 1.0), 4)
+    # which the run then does without the draft (worth_trying) ...
+    assert not worth_trying(flat_costs(0.5, 0.0, 1.0), 4, 32, alpha=1.0)
     # ... while inside a run that keeps the draft a k = 0 round pays its catch-up (Spec §4.2.1), and one
     # draft, whose catch-up is deferred, costs less per token: 2.5 s / 1.9 tokens against 1.5 s / 1 token
     assert best_k(flat_costs(0.5, 0.0, 1.0), batch=4, alpha=0.9) == 1
@@ -190,9 +190,68 @@ def test_rounds_without_drafts_probe_acceptance_from_the_catch_up(pairs, method,
 
 
 def test_speculation_that_cannot_pay_even_at_full_acceptance_is_told_apart():
-    assert not can_pay(flat_costs(0.5, 0.0, 1.0), 4)  # a verify token costs a whole call: no k can pay
-    assert can_pay(flat_costs(0.0, 1.0, 0.0), 4)  # free drafts, flat verify: every k pays
-    assert can_pay(flat_costs(0.05, 1.0, 0.1), 4)
+    assert not worth_trying(flat_costs(0.5, 0.0, 1.0), 4, 32, alpha=1.0)  # a verify token costs a whole call
+    assert worth_trying(flat_costs(0.0, 1.0, 0.0), 4, 32, alpha=0.5)  # free drafts, flat verify: every k pays
+    assert worth_trying(flat_costs(0.05, 1.0, 0.1), 4, 32, alpha=0.5)
+    assert not worth_trying(flat_costs(0.05, 1.0, 0.1), 4, 32, alpha=0.0)  # drafts never accepted
+
+
+def test_rounds_to_finish_are_exact_at_the_extremes_and_count_the_slowest_row():
+    assert rounds_to_finish(1.0, 3, 10, rows=4) == pytest.approx(3.0)  # 4 + 4 + 2 tokens
+    assert rounds_to_finish(0.0, 3, 10, rows=4) == pytest.approx(10.0)  # one token a round
+    assert rounds_to_finish(0.5, 1, 1, rows=8) == pytest.approx(1.0)  # one token left: one round
+    # a row's mean rounds, then the slowest of 2, 8 and 64 rows: more rounds the more rows wait
+    rounds = [rounds_to_finish(0.5, 2, 16, rows) for rows in (1, 2, 8, 64)]
+    assert rounds == sorted(rounds) and rounds[0] < rounds[-1] < 16
+
+
+def test_rounds_to_finish_match_simulated_batches():
+    """The expected rounds of the slowest row against a seeded simulation of
+    the same model (each draft accepted with probability alpha given the ones
+    before it, k' capped by what the row has left)."""
+    generator = torch.Generator().manual_seed(5)
+    for alpha, k, budget, rows in [(0.5, 1, 16, 8), (0.8, 4, 24, 4), (0.3, 2, 9, 1)]:
+        runs = []
+        for _ in range(4000):
+            slowest = 0
+            for _ in range(rows):
+                left, r = budget, 0
+                while left:
+                    cap, m = min(k, left), 0
+                    while m < cap and torch.rand((), generator=generator) < alpha:
+                        m += 1
+                    left, r = left - min(m + 1, left), r + 1
+                slowest = max(slowest, r)
+            runs.append(slowest)
+        assert rounds_to_finish(alpha, k, budget, rows) == pytest.approx(sum(runs) / len(runs), rel=0.02)
+
+
+def test_whether_to_draft_counts_the_slowest_row_and_the_draft_prefill():
+    """One cost table, drafting 10 % cheaper per token than plain decoding
+    for one row: worth trying at batch 1; not for a batch of 8 whose rows
+    all wait for the slowest, over 16 tokens; nor once the draft's prefill
+    of long prompts is paid (Spec §4.2.2)."""
+    costs = Costs(draft={1: 0.2, 8: 0.2}, target={1: {1: 1.0, 2: 1.15, 9: 2.0}, 8: {1: 1.0, 2: 1.15, 9: 2.0}},
+                  draft_prefill={1: 0.01, 8: 0.01})
+    assert best_k(costs, 1, 0.5) == 1 and 1.5 / (0.2 + 1.15) > 1.0  # the rate model: k = 1 beats plain
+    assert worth_trying(costs, 1, 16, alpha=0.5)
+    assert not worth_trying(costs, 8, 16, alpha=0.5)  # the slowest of 8 rows takes about 15 % more rounds
+    assert worth_trying(costs, 8, None, alpha=0.5)  # a scheduler's rows are replaced: one row priced
+    assert not worth_trying(costs, 1, 16, alpha=0.5, width=200)  # a prefill of 2 s against a 16 s run
+    assert worth_trying(costs, 1, 16, alpha=0.5, width=20)
+
+
+@pytest.mark.parametrize("budget, batch, width", [(16, 1, 0), (16, 8, 0), (40, 4, 30), (5, 2, 100), (None, 8, 50)])
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 0.9])
+def test_the_code_decides_whether_to_draft_as_the_spec_does(budget, batch, width, alpha):
+    from tests._spec_helpers import spec_namespace
+
+    for costs in (flat_costs(0.2, 1.0, 0.15), flat_costs(0.05, 1.0, 0.1), flat_costs(0.5, 0.0, 1.0)):
+        costs = Costs(draft=costs.draft, target=costs.target, draft_prefill={1: 0.01, 8: 0.02})
+        spec = spec_namespace()["worth_trying"](
+            costs.draft_call(batch), {n: costs.target_call(batch, n) for n in range(1, 10)},
+            costs.draft_prefill_call(batch, width), batch, budget, alpha)
+        assert worth_trying(costs, batch, budget, alpha, width=width) == spec
 
 
 def test_one_auto_calibrates_once_per_shape_and_says_what_it_measured(pairs, greedy_reference):
@@ -230,6 +289,21 @@ def test_auto_by_name_calibrates_once_per_shape_on_the_target(pairs, greedy_refe
     assert calibrations(other, 2) == 1  # another target: its own memo
     del target.batchspec_calibrations
     assert calibrations(target, 2) == 1
+
+
+def test_auto_drafts_for_one_row_and_not_where_the_batch_waits_for_its_slowest(pairs, greedy_reference):
+    """The same measured costs: a batch of one drafts; a batch of 6 decodes
+    without the draft (no draft call at all, not even its prefill), and its
+    statistics say why; both outputs are the target's own."""
+    target, draft = pairs("llama", "perturbed")
+    costs = Costs(draft={1: 0.2, 8: 0.2}, target={1: {1: 1.0, 2: 1.15, 9: 2.0}, 8: {1: 1.0, 2: 1.15, 9: 2.0}})
+    runs = {b: batchspec.generate(target, draft, PROMPTS, num_draft_tokens=Auto(costs=costs), max_new_tokens=16,
+                                  batch_size=b) for b in (1, 6)}
+    for run in runs.values():
+        assert run.sequences == [greedy_reference(target, p, 16) for p in PROMPTS]
+    assert runs[1].stats.draft_calls > 0 and runs[1].stats.draft_policy["k_max"] == 8
+    assert runs[6].stats.draft_calls == 0 and runs[6].stats.draft_policy["k_max"] == 0
+    assert "slowest row" in runs[6].stats.draft_policy["note"] and "16 tokens" in runs[6].stats.draft_policy["note"]
 
 
 def test_auto_decodes_without_the_draft_where_drafting_cannot_pay(pairs, greedy_reference):
