@@ -52,6 +52,9 @@ HINTS = {
                         "as accepted returns that token twice",
     "positions_batch_max": "a decoder that counts every row's positions from the batch's largest acceptance feeds "
                            "wrong positions once rows accept different counts (batch >= 2, k >= 2)",
+    "zero_draft_rows": "a decoder that drafts nothing for a row in some round (a per-row k of 0, or drafts capped "
+                       "at the budget left less one) and commits the draft's token for that row unverified returns "
+                       "the draft's text",
 }
 #: Classes whose trap is rows that accept different counts in one round: a perturbed draft, so any
 #: decoder that goes wrong on a rejected draft fails them too.
@@ -139,6 +142,9 @@ def spec(cls: str, pool: Pool) -> dict:
                       **sampled.fields(cls, base, 8))
     elif cls in RAGGED:
         vector.update(draft="perturbed", probe={"accepted": "rows accept different counts in one round"})
+    elif cls == "zero_draft_rows":  # the draft's choice is wrong at the first slot of every round
+        vector.update(prompts=pool.never_accepted(K, 8), max_new_tokens=8, draft="unrelated",
+                      probe={"accepted": "no draft, every round", "zero_draft_row": "its draft's token is wrong"})
     elif cls == "per_request_budget":
         vector.update(max_new_tokens=max(BUDGETS), max_new_tokens_per_request=BUDGETS,
                       probe={"budgets": BUDGETS})

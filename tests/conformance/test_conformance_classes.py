@@ -41,7 +41,8 @@ def test_every_class_has_one_vector_of_the_targets_own_greedy_decoding(vectors):
     assert set(by_class) == set(CLASSES) == {"pad_id_emitted", "eos_in_prompt", *(f"eos_at_slot_{j}" for j in range(4)),
                                              "all_accepted", "none_accepted", "k_zero_rounds", "one_token_prompt",
                                              "per_request_budget", "sampled_keyed", "sampled_warped",
-                                             "offset_whole_block", "bonus_duplicated", "positions_batch_max"}
+                                             "offset_whole_block", "bonus_duplicated", "positions_batch_max",
+                                             "zero_draft_rows"}
     for cls, v in by_class.items():
         assert v["name"] == f"{cls}-{CLASS_FAMILY}" and v["hint"] == HINTS[cls] and v["hint"].startswith("a ")
         if cls in SAMPLED:
@@ -89,10 +90,12 @@ def test_each_vector_sets_up_its_class(vectors):
     rounds = rows_rounds(by_class["all_accepted"])
     assert all(m == k_round for rr in rounds for m, _, k_round, _ in rr.values())
     assert {k_round for rr in rounds for _, _, k_round, _ in rr.values()} == {3, 2}
-    assert all(m == 0 for rr in rows_rounds(by_class["none_accepted"]) for m, *_ in rr.values())
-    assert by_class["none_accepted"]["draft"] != by_class["none_accepted"]["target"]
+    for cls in ("none_accepted", "zero_draft_rows"):  # the draft's token is wrong at every round's first slot
+        assert all(m == 0 for rr in rows_rounds(by_class[cls]) for m, *_ in rr.values())
+        assert by_class[cls]["draft"] != by_class[cls]["target"]
+    assert by_class["zero_draft_rows"]["k"] == 3
     assert all(v["draft"] == v["target"] for cls, v in by_class.items()
-               if cls in GREEDY and cls not in ("none_accepted", *RAGGED))
+               if cls in GREEDY and cls not in ("none_accepted", "zero_draft_rows", *RAGGED))
     for cls in RAGGED:  # a perturbed draft: some round where the rows accept different counts
         assert by_class[cls]["draft"] != by_class[cls]["target"]
         assert any(len(set(r["accepted"])) > 1 for r in by_class[cls]["expected"]["rounds"])
@@ -158,7 +161,7 @@ BUGS = {
     "eos_anywhere": {"eos_in_prompt"},
     "eos_last_only": {"eos_at_slot_0", "eos_at_slot_1", "eos_at_slot_2"},
     "eos_in_drafts_only": {"eos_at_slot_3"},
-    "bonus_from_draft": {"none_accepted", *RAGGED},  # the ragged vectors reject drafts too
+    "bonus_from_draft": {"none_accepted", "zero_draft_rows", *RAGGED},  # these vectors reject drafts too
     "no_budget_clip": {"all_accepted", "k_zero_rounds", "per_request_budget", *RAGGED},
     "prefill_all_but_last": {"one_token_prompt"},
     "one_budget": {"per_request_budget"},
@@ -251,11 +254,13 @@ def fault(name: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, cls", [("bonus_from_draft", "none_accepted"), ("pad_from_token_id", "pad_id_emitted")])
-def test_a_catalogue_fault_fails_its_class(vectors, name, cls):
+@pytest.mark.parametrize("name, cls, also", [("bonus_from_draft", "none_accepted", ("zero_draft_rows",)),
+                                             ("pad_from_token_id", "pad_id_emitted", ())])
+def test_a_catalogue_fault_fails_its_class(vectors, name, cls, also):
+    """``also``: the vectors whose draft is rejected at every round (none_accepted's trap) fail too."""
     folder, _ = vectors
     failed = {n: r for n, r in check(folder, fault(name), sampled=False).items() if r}
-    ragged = {f"{c}-{CLASS_FAMILY}" for c in RAGGED}  # their rejected drafts set off both faults too
+    ragged = {f"{c}-{CLASS_FAMILY}" for c in (*RAGGED, *also)}  # their rejected drafts set off both faults too
     assert set(failed) == {f"{cls}-{CLASS_FAMILY}"} | ragged and f"(class {cls}: " in failed[f"{cls}-{CLASS_FAMILY}"]
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import _bug_decoders as decoders
 from _broken_helpers import K, N, WITH_PAD_ID, pair, reference
-from _catch import check_catch, recorded, runner
+from _catch import check_catch, every_other, recorded, runner
 
 CLASSES = ("offset_block", "zeroed", "bonus_dup", "zero_drafts", "batch_max")
 
@@ -47,11 +47,12 @@ VECTOR_CLASSES = {"offset_whole_block": "offset_block", "bonus_duplicated": "bon
                   "positions_batch_max": "batch_max"}
 
 
-def outside(bug=None, layout="repad"):
-    """A conformance decoder (``batchspec.conformance.run``) of the outside decoder, greedy, no EOS."""
+def outside(bug=None, layout="repad", ks=None):
+    """A conformance decoder (``batchspec.conformance.run``) of the outside decoder, greedy, no EOS;
+    ``ks(round, row)``: per-row draft lengths."""
     def decode(target, draft, prompts, k, max_new_tokens, eos_token_id):
         assert not eos_token_id  # these vectors set no EOS
-        return decoders.decode(target, draft, prompts, k, max_new_tokens, layout, bug=bug)
+        return decoders.decode(target, draft, prompts, k, max_new_tokens, layout, bug=bug, ks=ks)
     return decode
 
 
@@ -70,3 +71,19 @@ def test_the_class_vectors_pass_the_correct_decoder_and_fail_each_planted_bug(tm
         for bug in VECTOR_CLASSES.values():
             results = check(tmp_path, outside(bug, layout))
             assert all(results.values()), (bug, layout, results)
+
+
+@pytest.mark.slow
+def test_the_zero_draft_rows_vector_fails_a_decoder_that_commits_a_zero_draft_rows_draft_token(tmp_path):
+    """A decoder whose rows verify no draft every other round (a per-row draft
+    length) passes the vector when correct and fails it when such a row
+    commits the draft's token unverified; a decoder that never leaves a row
+    without drafts cannot show the bug, and passes (the bug is latent there)."""
+    from batchspec.conformance import check, export
+
+    names = export(tmp_path, families=(), classes=("zero_draft_rows",))
+    for layout in ("repad", "static"):
+        assert check(tmp_path, outside(layout=layout, ks=every_other)) == {name: None for name in names}
+        failed = check(tmp_path, outside("zero_drafts", layout, ks=every_other))
+        assert all(r and "(class zero_draft_rows: " in r for r in failed.values()), failed
+        assert check(tmp_path, outside("zero_drafts", layout)) == {name: None for name in names}
