@@ -52,6 +52,9 @@ HINTS = {
                         "as accepted returns that token twice",
     "positions_batch_max": "a decoder that counts every row's positions from the batch's largest acceptance feeds "
                            "wrong positions once rows accept different counts (batch >= 2, k >= 2)",
+    "rejected_attended": "a decoder that keeps a rejected draft's key and value in the cache where the target still "
+                         "attends it (left stale, zeroed, or skipped by an offset) blurs what the target sees and "
+                         "drifts from its own decoding",
     "zero_draft_rows": "a decoder that drafts nothing for a row in some round (a per-row k of 0, or drafts capped "
                        "at the budget left less one) and commits the draft's token for that row unverified returns "
                        "the draft's text",
@@ -142,6 +145,8 @@ def spec(cls: str, pool: Pool) -> dict:
                       **sampled.fields(cls, base, 8))
     elif cls in RAGGED:
         vector.update(draft="perturbed", probe={"accepted": "rows accept different counts in one round"})
+    elif cls == "rejected_attended":  # an unrelated draft of 4: most rounds reject up to 4 drafts a row
+        vector.update(k=4, draft="unrelated", probe={"accepted": "few drafts; most rounds reject several a row"})
     elif cls == "zero_draft_rows":  # the draft's choice is wrong at the first slot of every round
         vector.update(prompts=pool.never_accepted(K, 8), max_new_tokens=8, draft="unrelated",
                       probe={"accepted": "no draft, every round", "zero_draft_row": "its draft's token is wrong"})

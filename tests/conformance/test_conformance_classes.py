@@ -42,7 +42,7 @@ def test_every_class_has_one_vector_of_the_targets_own_greedy_decoding(vectors):
                                              "all_accepted", "none_accepted", "k_zero_rounds", "one_token_prompt",
                                              "per_request_budget", "sampled_keyed", "sampled_warped",
                                              "offset_whole_block", "bonus_duplicated", "positions_batch_max",
-                                             "zero_draft_rows"}
+                                             "zero_draft_rows", "rejected_attended"}
     for cls, v in by_class.items():
         assert v["name"] == f"{cls}-{CLASS_FAMILY}" and v["hint"] == HINTS[cls] and v["hint"].startswith("a ")
         if cls in SAMPLED:
@@ -94,8 +94,11 @@ def test_each_vector_sets_up_its_class(vectors):
         assert all(m == 0 for rr in rows_rounds(by_class[cls]) for m, *_ in rr.values())
         assert by_class[cls]["draft"] != by_class[cls]["target"]
     assert by_class["zero_draft_rows"]["k"] == 3
+    v = by_class["rejected_attended"]  # k 4, an unrelated draft: rounds that reject drafts, most of them all four
+    assert v["k"] == 4 and v["draft"] != v["target"]
+    assert sum(all(m == 0 for m in r["accepted"]) for r in v["expected"]["rounds"]) >= len(v["expected"]["rounds"]) - 3
     assert all(v["draft"] == v["target"] for cls, v in by_class.items()
-               if cls in GREEDY and cls not in ("none_accepted", "zero_draft_rows", *RAGGED))
+               if cls in GREEDY and cls not in ("none_accepted", "zero_draft_rows", "rejected_attended", *RAGGED))
     for cls in RAGGED:  # a perturbed draft: some round where the rows accept different counts
         assert by_class[cls]["draft"] != by_class[cls]["target"]
         assert any(len(set(r["accepted"])) > 1 for r in by_class[cls]["expected"]["rounds"])
@@ -161,7 +164,7 @@ BUGS = {
     "eos_anywhere": {"eos_in_prompt"},
     "eos_last_only": {"eos_at_slot_0", "eos_at_slot_1", "eos_at_slot_2"},
     "eos_in_drafts_only": {"eos_at_slot_3"},
-    "bonus_from_draft": {"none_accepted", "zero_draft_rows", *RAGGED},  # these vectors reject drafts too
+    "bonus_from_draft": {"none_accepted", "zero_draft_rows", "rejected_attended", *RAGGED},  # these reject drafts too
     "no_budget_clip": {"all_accepted", "k_zero_rounds", "per_request_budget", *RAGGED},
     "prefill_all_but_last": {"one_token_prompt"},
     "one_budget": {"per_request_budget"},
@@ -254,7 +257,7 @@ def fault(name: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, cls, also", [("bonus_from_draft", "none_accepted", ("zero_draft_rows",)),
+@pytest.mark.parametrize("name, cls, also", [("bonus_from_draft", "none_accepted", ("zero_draft_rows", "rejected_attended")),
                                              ("pad_from_token_id", "pad_id_emitted", ())])
 def test_a_catalogue_fault_fails_its_class(vectors, name, cls, also):
     """``also``: the vectors whose draft is rejected at every round (none_accepted's trap) fail too."""

@@ -87,3 +87,18 @@ def test_the_zero_draft_rows_vector_fails_a_decoder_that_commits_a_zero_draft_ro
         failed = check(tmp_path, outside("zero_drafts", layout, ks=every_other))
         assert all(r and "(class zero_draft_rows: " in r for r in failed.values()), failed
         assert check(tmp_path, outside("zero_drafts", layout)) == {name: None for name in names}
+
+
+@pytest.mark.slow
+def test_the_rejected_attended_vector_fails_rejected_keys_left_stale_or_zeroed(tmp_path):
+    """The vector's unrelated draft has most drafts rejected: a decoder that keeps
+    their keys attended, stale or zeroed, fails it in every layout, though zeroed
+    keys change no output on the catch tests' prompts; the correct decoder passes."""
+    from batchspec.conformance import check, export
+
+    names = export(tmp_path, families=(), classes=("rejected_attended",))
+    for layout in decoders.LAYOUTS:
+        assert check(tmp_path, outside(layout=layout)) == {name: None for name in names}
+        for bug in ("stale", "zeroed"):
+            failed = check(tmp_path, outside(bug, layout))
+            assert all(r and "(class rejected_attended: " in r for r in failed.values()), (bug, layout, failed)
