@@ -28,6 +28,9 @@ class DraftPolicy:
 
     ``k_max``: the most drafts a round may propose. ``stops_early``: whether
     :meth:`keep_drafting` is consulted after each draft (Spec §4.2.3).
+    ``spares_last``: whether a round also drafts fewer than the largest
+    remaining budget, so that no draft is made that only the target's own
+    token could replace (Spec §4.2).
     A policy object is a setting the caller can keep and reuse; each run
     decodes with a fresh copy from :meth:`start`, so that per-run state
     (acceptance seen, the round's confident rows) never leaks between runs.
@@ -35,6 +38,7 @@ class DraftPolicy:
 
     k_max: int
     stops_early = False
+    spares_last = False
 
     def check(self) -> None:
         """Raise a ``ValueError`` naming a field whose value no round can use."""
@@ -119,6 +123,7 @@ class Auto(DraftPolicy):
     """
 
     k_max: int = AUTO_MAX_K
+    spares_last = True
     prior: float = 0.5
     prior_weight: float = 4.0
     calibrations: dict = field(default_factory=dict, repr=False)  # key -> Costs, the memo
@@ -200,6 +205,7 @@ class Confident(DraftPolicy):
     threshold: float = 0.4
     k_max: int = 16
     stops_early = True
+    spares_last = True
     chosen: list[int] = field(default_factory=list, init=False)  # k' drafted per round, for statistics
     confident: torch.Tensor | None = field(default=None, init=False, repr=False)  # [B] bool, this round's rows
 

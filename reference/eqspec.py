@@ -112,9 +112,10 @@ def speculate(models, state: BatchState, policy: DraftPolicy, max_new_tokens, eo
     ``k' >= 1``) leave that to the next round's first draft call and say so
     in ``lag`` (Spec §4.2.1). Returns what was decided."""
     budget = max_new_tokens - state.generated  # [B] remaining per row
-    # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2),
-    # fewer if the policy stops drafting early (Spec §4.2.3).
-    rnd = Round(min(policy.choose(state.batch), int(budget.min())), state.tokens.new_zeros((state.batch, 0)),
+    # 1. Draft k' = min(k, smallest remaining budget) tokens per row (Spec §4.2), and with a policy
+    # that spares_last below the largest, fewer if the policy stops drafting early (Spec §4.2.3).
+    cap = int(budget.min()) if not policy.spares_last else min(int(budget.min()), int(budget.max()) - 1)
+    rnd = Round(min(policy.choose(state.batch), cap), state.tokens.new_zeros((state.batch, 0)),
                 sampler=steps.sampler, requests=list(state.requests), start=state.length.clone())
     while rnd.drafts.shape[1] < rnd.k:
         calls: list = []

@@ -84,6 +84,36 @@ def test_confident_on_a_tiny_pair_is_exact_at_every_threshold(pairs, greedy_refe
         assert result.sequences == [greedy_reference(target, p, 10) for p in prompts]
 
 
+def remaining_before_each_round(per_round, budget):
+    """Per round, the remaining budgets ``r_i`` of its rows before it (Spec §4.2)."""
+    generated, remaining = {}, []
+    for record in per_round:
+        remaining.append([budget - generated.get(r, 0) for r in record.requests])
+        for r, a in zip(record.requests, record.appended):
+            generated[r] = generated.get(r, 0) + a
+    return remaining
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_adaptive_policies_spare_the_draft_only_the_target_could_replace(pairs, greedy_reference, batch_size):
+    """Spec §4.2: ``confident`` (and ``auto``) draft ``min(k, min r_i, max r_i - 1)``, a fixed
+    ``k`` the paper's ``min(k, min r_i)``; both exact. The perturbed draft is never unsure at a
+    threshold of 1e-9, so every round drafts its cap and the rule is read off every round."""
+    target, draft = pairs("qwen3", "perturbed")
+    prompts = random_prompts(seed=9, count=3, low=2, high=9)
+    expected = [greedy_reference(target, p, 7) for p in prompts]
+    spared = 0
+    for policy, rule in ((Confident(1e-9, 16), lambda r: min(16, min(r), max(r) - 1)),
+                         (Fixed(16), lambda r: min(16, min(r)))):
+        result = batchspec.generate(target, draft, prompts, method="eqspec", num_draft_tokens=policy,
+                                    max_new_tokens=7, batch_size=batch_size, check_invariants=True)
+        assert result.sequences == expected
+        remaining = remaining_before_each_round(result.stats.per_round, 7)
+        assert [r.drafted for r in result.stats.per_round] == [rule(r) for r in remaining]
+        spared += sum(min(r) == max(r) for r in remaining) if isinstance(policy, Confident) else 0
+    assert spared >= 1  # not vacuous: some round had every row on the same budget, so the caps differed
+
+
 @pytest.mark.slow
 def test_sampled_output_is_the_keyed_output_whatever_the_policy(default_pair):
     target, draft, prompts = default_pair
