@@ -22,12 +22,16 @@ from .driver import clock
 from .reference.draft_costs import AUTO_MAX_K, Costs
 from .reference.draft_policy import DraftPolicy, Fixed
 from .reference.model_call import run_forward
-from .reference.moves import crop_to
+from .reference.moves import crop_to, take_slots
 from .reference.state import attention_mask, content_index
 from .reference.storage import new_cache
 
 #: Cached slots the calibration's calls attend, a typical early context.
 CONTEXT = 64
+
+#: Seconds from which a timed call is long enough that its first run counts: a cold start
+#: (allocations, a new shape) is lost in it, and a second run would only double the time.
+LONG_CALL = 0.1
 
 
 #: The attribute of a target model that holds the calibrations of ``"auto"`` given by name.
@@ -74,14 +78,29 @@ def start(models, policy: DraftPolicy, batch_size: int, on_calibrate: Callable |
     return policy.start(models, batch_size, measure, budget, width)
 
 
-def prefilled(model, batch: int, context: int, extra: int):
+def prefilled(model, batch: int, context: int, extra: int, replicate: bool = True):
     """``(ids, cache)``: random ids ``[batch, context + extra]`` (no padding) and a
-    cache holding the first ``context`` of them."""
+    cache of ``context`` slots per row, for timing calls after it. With
+    ``replicate`` the first row's ids are fed and its slots copied to every
+    row (a call's cost does not depend on what the slots hold; a filled batch
+    of 8 over 64 slots is 8 times the forward work, some 15 s for a 1.5B
+    target on one CPU thread); without it, every row is fed (a prefill timed)."""
     ids = torch.randint(2, model.config.vocab_size, (batch, context + extra), device=model.device)
-    pad = torch.zeros(batch, dtype=torch.long, device=model.device)
+    rows = 1 if replicate else batch
+    pad = torch.zeros(rows, dtype=torch.long, device=model.device)
     cache = new_cache(model)
-    run_forward(model, cache, ids[:, :context], attention_mask(pad, context), content_index(pad, 0, context), 1)
+    run_forward(model, cache, ids[:rows, :context], attention_mask(pad, context), content_index(pad, 0, context), 1)
+    if rows < batch:
+        take_slots(cache, torch.zeros(batch, dtype=torch.long, device=model.device),
+                   torch.arange(context, device=model.device).expand(batch, context))
     return ids, cache
+
+
+def timed_fill(model, batch: int) -> float:
+    """Seconds of a prefill of ``batch`` rows of ``CONTEXT`` tokens."""
+    start = clock(model.device)
+    prefilled(model, batch, CONTEXT, 0, replicate=False)
+    return clock(model.device) - start
 
 
 def timed_call(model, ids, cache, n: int, context: int) -> float:
@@ -103,20 +122,23 @@ def calibrate(target, draft, batch_size: int, k_max: int = AUTO_MAX_K, repeats: 
     others interpolate linearly between them; a CPU's cost often jumps from
     one token per row to two, and one line from 1 to ``k_max + 1`` would hide
     it), and the draft's prefill per prompt position. Each call shape runs
-    once untimed, then ``repeats`` times; its median counts: a context fill,
-    then ``repeats + 1`` calls per shape and one more draft fill, a few
-    seconds on a CPU for a 1.5B target."""
+    ``repeats`` times and its median counts; a short shape (under
+    :data:`LONG_CALL`) runs once more first, untimed. The contexts are one
+    row's fill copied to every row (:func:`prefilled`); the draft's prefill
+    is timed over every row. About 12, 23 and 35 s at batch 1, 4 and 8
+    with 1 torch thread for a 1.5B target before these cuts, 2 repeats."""
     shapes = [("draft", 1)] + [("target", n) for n in sorted({1, min(2, k_max + 1), k_max + 1})]
     models = {"target": target, "draft": draft}
     prepared = {name: prefilled(model, batch_size, CONTEXT, k_max + 1) for name, model in models.items()}
     seconds = {}
     for name, n in shapes:
-        timed_call(models[name], *prepared[name], n, CONTEXT)  # warm for this shape
-        seconds[(name, n)] = statistics.median(timed_call(models[name], *prepared[name], n, CONTEXT)
-                                               for _ in range(repeats))
-    start = clock(draft.device)
-    prefilled(draft, batch_size, CONTEXT, 0)  # warm: its first fill ran above
-    fill = clock(draft.device) - start
+        first = timed_call(models[name], *prepared[name], n, CONTEXT)  # warms the shape; counts if long
+        runs = [first] if first >= LONG_CALL else []
+        runs += [timed_call(models[name], *prepared[name], n, CONTEXT) for _ in range(repeats - len(runs))]
+        seconds[(name, n)] = statistics.median(runs)
+    fill = timed_fill(draft, batch_size)
+    if fill < LONG_CALL:  # short: that one warmed the shape; time it again
+        fill = timed_fill(draft, batch_size)
     return Costs(draft={batch_size: seconds[("draft", 1)]},
                  target={batch_size: {n: seconds[("target", n)] for name, n in shapes if name == "target"}},
                  draft_prefill={batch_size: fill / CONTEXT})

@@ -11,7 +11,7 @@ import statistics
 
 import torch
 
-from ..draft_lengths import prefilled, timed_call
+from ..draft_lengths import LONG_CALL, prefilled, timed_call
 from ..driver import clock
 from ..reference.draft_costs import AUTO_MAX_K, Costs
 from ..reference.model_call import run_forward
@@ -19,23 +19,18 @@ from ..reference.state import attention_mask, content_index, left_pad
 from ..reference.storage import new_cache
 
 
-def _interleaved(cells: list, time_cell, repeats: int, untimed_first: bool = True) -> dict:
+def _interleaved(cells: list, time_cell, repeats: int) -> dict:
     """``{cell: median seconds}``: ``time_cell(cell)`` for every cell once per
-    pass, passes interleaved, the first pass untimed unless ``time_cell``
-    warms each cell itself (``untimed_first=False``), each cell the median
-    of its ``repeats`` counted passes (a slow moment of a shared machine
-    moves every cell a little rather than one cell a lot)."""
+    pass, passes interleaved, each cell the median of its ``repeats`` passes
+    (a slow moment of a shared machine moves every cell a little rather than
+    one cell a lot); ``time_cell`` warms its cell itself."""
     times: dict = {cell: [] for cell in cells}
-    for done in range(repeats + untimed_first):
+    for _ in range(repeats):
         for cell in cells:
-            seconds = time_cell(cell)
-            if done or not untimed_first:
-                times[cell].append(seconds)
+            times[cell].append(time_cell(cell))
     return {cell: statistics.median(t) for cell, t in times.items()}
 
 
-#: Seconds from which a timed call is long enough to count once (:func:`measure_costs`).
-LONG_CALL = 0.1
 
 #: Tokens per target call that are measured; the others interpolate.
 MEASURED_TOKENS = (1, 2, 3, 5, AUTO_MAX_K + 1)
@@ -51,16 +46,18 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     Every cell is timed once per pass and the passes are interleaved, so
     that a slow moment of a shared machine moves every cell a little rather
     than one cell a lot (the ideal speedup is a ratio of cells); each cell
-    is the median of its ``repeats`` passes. In a pass a cell runs one
-    untimed call first, so that it is timed warm, as a decoder's calls of
-    one shape follow each other, not right after another cell's shape
-    (timed so, cold, the calls of the default pair at batch 1 were priced
-    at 112% of a run's measured time); that call also makes an untimed
-    first pass needless. A short call (under :data:`LONG_CALL`) counts the
-    faster of the next two, against the timer's and the scheduler's
-    jitter; a longer one counts the next one: on a 1.5B target on a CPU,
-    three calls per cell and an untimed pass made the table about a third
-    of the benchmark's whole time.
+    is the median of its ``repeats`` passes. In a pass a short cell (under
+    :data:`~batchspec.draft_lengths.LONG_CALL`) runs one untimed call first,
+    so that it is timed warm, as a decoder's calls of one shape follow each
+    other, not right after another cell's shape (timed so, cold, the calls
+    of the default pair at batch 1 were priced at 112% of a run's measured
+    time), then counts the faster of the next two, against the timer's and
+    the scheduler's jitter; that call also makes an untimed first pass
+    needless. A long call counts its first run: a cold start is lost in it
+    (Qwen2.5-Coder's target at batch 4, 1.5 s a call: the first within 3%
+    of the next two), and on a 1.5B target on a CPU the untimed calls made
+    the table a fifth of the benchmark's whole time. Each context is one
+    row's fill copied to every row (:func:`~batchspec.draft_lengths.prefilled`).
     """
     batches, tokens = sorted(set(batches)), list(tokens)
     cells = [("draft", b, 1) for b in batches] + [("target", b, n) for b in batches for n in tokens]
@@ -70,11 +67,12 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     def warm(cell) -> float:
         name, b, n = cell
         call = (models[name], *prepared[(name, b)], n, context)
-        timed_call(*call)  # warm for this shape
         first = timed_call(*call)
-        return first if first >= LONG_CALL else min(first, timed_call(*call))
+        if first >= LONG_CALL:  # long: a cold start is lost in it
+            return first
+        return min(timed_call(*call), timed_call(*call))  # short: warmed by the first
 
-    median = _interleaved(cells, warm, repeats, untimed_first=False)
+    median = _interleaved(cells, warm, repeats)
     return Costs(draft={b: median[("draft", b, 1)] for b in batches},
                  target={b: {n: median[("target", b, n)] for n in tokens} for b in batches})
 
@@ -98,11 +96,17 @@ def measure_prefill(models: dict, batches: dict[int, list[list[list[int]]]], rep
     Prefill is a forward call every decoder makes, ``generate`` included,
     so the ideal speedup must pay it on both sides (zero bookkeeping is
     not zero prefill). Each static batch is timed once per pass, passes
-    interleaved, after one untimed pass; a batch counts the median of its
-    ``repeats`` passes.
+    interleaved; a batch counts the median of its ``repeats`` passes. In a
+    pass a short prefill (under :data:`~batchspec.draft_lengths.LONG_CALL`)
+    runs once untimed first; a long one counts its first run.
     """
     cells = [(name, b, i) for b, group in sorted(batches.items()) for i in range(len(group)) for name in models]
-    median = _interleaved(cells, lambda cell: _prefill_call(models[cell[0]], batches[cell[1]][cell[2]]), repeats)
+
+    def warm(cell) -> float:
+        first = _prefill_call(models[cell[0]], batches[cell[1]][cell[2]])
+        return first if first >= LONG_CALL else _prefill_call(models[cell[0]], batches[cell[1]][cell[2]])
+
+    median = _interleaved(cells, warm, repeats)
     out: dict = {b: {name: 0.0 for name in models} for b in batches}
     for (name, b, _), seconds in median.items():
         out[b][name] += seconds

@@ -96,26 +96,30 @@ def test_ideal_prices_rounds_at_the_batch_they_had():
 
 def test_the_prefill_is_timed_per_static_batch_interleaved_and_summed(monkeypatch):
     """Every static batch of every batch size is timed once per pass for each
-    model, the first pass untimed; a batch counts its median, and a batch
-    size pays the sum over its static batches."""
+    model, passes interleaved; a short prefill (the draft's here) runs once
+    untimed just before, a long one (the target's) counts its first run; a
+    batch counts its median, and a batch size pays the sum over its static batches."""
     from batchspec.bench import costs
 
     order = []
 
     def timed(model, prompts):
         order.append((model, len(prompts), prompts[0][0]))
-        passes = order.count(order[-1]) - 2  # -1: the untimed pass
-        slow = 50.0 if passes == 1 and prompts[0][0] == 3 else 0.0  # one slow pass of one batch
-        return (10.0 if model == "t" else 1.0) * len(prompts) + passes * 0.01 + slow
+        runs = order.count(order[-1])
+        if model == "t":  # long: every run counts
+            slow = 50.0 if runs == 2 and prompts[0][0] == 3 else 0.0  # one slow pass of one batch
+            return 10.0 * len(prompts) + runs * 0.01 + slow
+        return (0.02 if runs % 2 else 0.001 * runs) * len(prompts)  # short: the odd runs are the untimed ones
 
     monkeypatch.setattr(costs, "_prefill_call", timed)
     batches = {2: [[[1], [2]], [[3], [4]]], 1: [[[1]]]}
     table = costs.measure_prefill({"target": "t", "draft": "d"}, batches, repeats=3)
-    cells = [("t", 1, 1), ("d", 1, 1), ("t", 2, 1), ("d", 2, 1), ("t", 2, 3), ("d", 2, 3)]
-    assert order == cells * 4
-    assert table[1] == {"target": pytest.approx(10.01), "draft": pytest.approx(1.01)}
-    assert table[2]["target"] == pytest.approx(20.01 + 20.02)  # medians of (20.0, 20.01, 20.02), (20.0, 70.01, 20.02)
-    assert table[2]["draft"] == pytest.approx(2.01 + 2.02)
+    one_pass = [("t", 1, 1), ("d", 1, 1), ("d", 1, 1), ("t", 2, 1), ("d", 2, 1), ("d", 2, 1),
+                ("t", 2, 3), ("d", 2, 3), ("d", 2, 3)]
+    assert order == one_pass * 3
+    assert table[1] == {"target": pytest.approx(10.02), "draft": pytest.approx(0.004)}  # medians of runs 1-3, 2/4/6
+    assert table[2]["target"] == pytest.approx(20.02 + 20.03)  # medians of (20.01, 20.02, 20.03), (20.01, 70.02, 20.03)
+    assert table[2]["draft"] == pytest.approx(0.008 + 0.008)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -130,11 +134,10 @@ def test_bad_arguments_are_one_line_usage_errors(capsys, args, message):
 
 
 def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
-    """Every cell is timed once per pass before any is timed again, each
-    time after one warm call of its own (so no pass goes uncounted); a short
-    call counts the faster of two, a long one (0.1 s or more) the one call
-    after its warm one; a cell is its median over the passes: one slow pass
-    moves nothing."""
+    """Every cell is timed once per pass before any is timed again (so no
+    pass goes uncounted); a long call (0.1 s or more) counts its first run,
+    a short one runs once untimed, then counts the faster of the next two;
+    a cell is its median over the passes: one slow pass moves nothing."""
     from batchspec.bench import costs
     from batchspec.models import tiny
 
@@ -145,18 +148,19 @@ def test_the_cost_table_interleaves_its_passes_and_takes_medians(monkeypatch):
         cell = ("target" if model is target else "draft", ids.shape[0], n)
         order.append(cell)
         calls = order.count(cell)
-        width = 2 if cell[0] == "target" and n == 3 else 3  # long calls: warm + 1; short: warm + 2
+        width = 1 if cell[0] == "target" and n == 3 else 3  # long calls: the first counts; short: cold + 2
         passes, within = (calls - 1) // width, (calls - 1) % width  # pass (0-based), call in it
         slow = {("target", 2, 3): 99.0, ("target", 1, 1): 0.05}.get(cell, 0.0) if passes == 1 else 0.0  # a slow pass
-        base = 1.0 if width == 2 else 0.01  # seconds: long calls, or short ones
-        return base * (1.0 + 0.01 * passes) + slow + (5.0 if within == 0 else 0.001 * within)
+        if width == 1:
+            return 1.0 * (1.0 + 0.01 * passes) + slow
+        return 0.01 * (1.0 + 0.01 * passes) + slow + (0.03 if within == 0 else 0.001 * within)  # cold first
 
     monkeypatch.setattr(costs, "timed_call", timed)
     table = costs.measure_costs(target, draft, [2, 1], context=4, tokens=[1, 3], repeats=3)
     cells = [("draft", 1, 1), ("draft", 2, 1), ("target", 1, 1), ("target", 1, 3), ("target", 2, 1), ("target", 2, 3)]
-    assert order == [c for c in cells for _ in range(2 if c[0] == "target" and c[2] == 3 else 3)] * 3
-    assert table.target[2][3] == pytest.approx(1.021)  # median of 1.001, 100.011, 1.021: long, one call counted
-    assert table.target[1][1] == pytest.approx(0.0102 + 0.001)  # median of 0.011, 0.0611, 0.0112: short, faster
+    assert order == [c for c in cells for _ in range(1 if c[0] == "target" and c[2] == 3 else 3)] * 3
+    assert table.target[2][3] == pytest.approx(1.02)  # median of 1.0, 100.01, 1.02: long, its first run counted
+    assert table.target[1][1] == pytest.approx(0.0102 + 0.001)  # median of 0.0111, 0.0611, 0.0112: short, faster
     assert table.draft[2] == pytest.approx(0.0101 + 0.001)
 
 

@@ -136,11 +136,19 @@ def test_the_scheduler_resolves_policies_as_generate_does(default_pair, k):
     assert isinstance(scheduler.k, Auto if k == "auto" else Confident)
 
 
-def test_auto_calibrates_with_a_few_calls_of_the_shapes_it_prices(default_pair):
+@pytest.mark.parametrize("long_from", [None, 0.0])
+def test_auto_calibrates_with_a_few_calls_of_the_shapes_it_prices(default_pair, monkeypatch, long_from):
+    """The default pair's calls are short: each shape runs once untimed first and the timed fill
+    twice; with every call counted long (``LONG_CALL`` 0) the first runs count and nothing runs
+    untimed. The contexts are one row's fill copied to the batch; the timed fill feeds every row."""
+    from batchspec import draft_lengths
+
+    if long_from is not None:
+        monkeypatch.setattr(draft_lengths, "LONG_CALL", long_from)
     target, draft, _ = default_pair
-    calls = {"target": 0, "draft": 0}
-    hooks = [m.register_forward_hook(lambda *_, name=n: calls.__setitem__(name, calls[name] + 1))
-             for n, m in (("target", target), ("draft", draft))]
+    fed = {"target": [], "draft": []}  # [rows, tokens] of every call
+    hooks = [m.register_forward_hook(lambda _m, _a, kwargs, _o, name=n: fed[name].append(
+        tuple(kwargs["input_ids"].shape)), with_kwargs=True) for n, m in (("target", target), ("draft", draft))]
     try:
         costs = calibrate(target, draft, batch_size=4)
     finally:
@@ -148,8 +156,11 @@ def test_auto_calibrates_with_a_few_calls_of_the_shapes_it_prices(default_pair):
             h.remove()
     assert sorted(costs.target[4]) == [1, 2, 9] and set(costs.draft) == set(costs.draft_prefill) == {4}
     assert costs.draft_prefill[4] > 0
-    # a context fill, then 3 calls per shape; the draft fills once more, timed
-    assert calls["target"] == 1 + 3 * 3 and calls["draft"] == 1 + 3 + 1
+    short = long_from is None
+    # one row's context fill; then per shape 2 counted calls, one more untimed when short
+    assert fed["target"] == [(1, 64)] + [(4, n) for n in (1, 2, 9) for _ in range(2 + short)]
+    # the draft's own: its context, its call shape, then the timed fill of every row (twice when short)
+    assert fed["draft"] == [(1, 64)] + [(4, 1)] * (2 + short) + [(4, 64)] * (1 + short)
     assert isinstance(start(Models(target, draft), as_policy("auto"), 4), Auto)
     assert start(Models(target, None), as_policy("confident"), 4) == Fixed(0)
 
