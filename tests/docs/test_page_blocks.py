@@ -53,7 +53,7 @@ BLOCKS = {
     ("README.md", "from batchspec.examples.outside_decoder import decode as my_decoder  # a decoder batchspec "
                   "did not write"): ("test", "tests/docs/test_readme.py::test_the_readme_python_runs_when_pasted"),
     ("docs/benchmarks.md", "pip install -e '.[bench]'        # matplotlib, for --plots"):
-        ("allow", NETWORK + "; a one-minute benchmark, the real pair (26 minutes) and a GPU script "
+        ("allow", NETWORK + "; a one-minute benchmark, the real pair (16 minutes) and a GPU script "
                             "(its arguments are parsed here)"),
     ("docs/check-your-decoder.md", "from batchspec.invariants import watch"): ("here", "test_check_your_decoder"),
     ("docs/check-your-decoder.md", '--8<-- "batchspec/examples/outside_decoder.py:decoder"'):
