@@ -81,7 +81,9 @@ def generate(target, draft, prompts, method="eqspec", num_draft_tokens=5, max_ne
     measured fastest over both benchmarked pairs (docs: Benchmarks):
     with a fixed ``k`` the schedule (calls, trace, statistics) is a function
     of the inputs alone, which traces, tutorials and conformance vectors rely
-    on, where ``"auto"``'s choices follow the machine's measured costs.
+    on, where ``"auto"``'s choices follow the machine's measured costs; and
+    every method takes an int, where the baselines take no policy, so a
+    default of ``"auto"`` would refuse ``method="masking"`` and the others.
 
     ``do_sample=True`` (eqspec, exspec, autoregressive) samples from the
     target warped by ``temperature``, ``top_k`` and ``top_p`` (transformers'
