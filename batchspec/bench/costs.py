@@ -31,7 +31,6 @@ def _interleaved(cells: list, time_cell, repeats: int) -> dict:
     return {cell: statistics.median(t) for cell, t in times.items()}
 
 
-
 #: Tokens per target call that are measured; the others interpolate.
 MEASURED_TOKENS = (1, 2, 3, 5, AUTO_MAX_K + 1)
 
@@ -55,8 +54,8 @@ def measure_costs(target, draft, batches, context: int = 64, tokens=MEASURED_TOK
     the scheduler's jitter; that call also makes an untimed first pass
     needless. A long call counts its first run: a cold start is lost in it
     (Qwen2.5-Coder's target at batch 4, 1.5 s a call: the first within 3%
-    of the next two), and on a 1.5B target on a CPU the untimed calls made
-    the table a fifth of the benchmark's whole time. Each context is one
+    of the next two); on a 1.5B target on a CPU, with an untimed call per
+    cell, the table took a quarter of the benchmark's time. Each context is one
     row's fill copied to every row (:func:`~batchspec.draft_lengths.prefilled`).
     """
     batches, tokens = sorted(set(batches)), list(tokens)
