@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .columns import same_view
+
 
 class CallLog:
     """Per call ``(number, model, node [B, T + n], attended [B, T + n], n)``, stored by difference."""
@@ -25,7 +27,8 @@ class CallLog:
         t = node.shape[1] - n
         if last is not None and t and last[0].shape[0] == node.shape[0]:
             w = min(t, last[0].shape[1])
-            if torch.equal(node[:, :w], last[0][:, :w]) and torch.equal(attended[:, :w], last[1][:, :w]):
+            if (same_view(node[:, :w], last[0][:, :w]) or torch.equal(node[:, :w], last[0][:, :w])) \
+                    and torch.equal(attended[:, :w], last[1][:, :w]):
                 kept = w
             else:  # kept up to the first column that differs (a mask that changed after a round: holes)
                 differs = ((node[:, :w] != last[0][:, :w]) | (attended[:, :w] != last[1][:, :w])).any(0)

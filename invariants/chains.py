@@ -3,10 +3,11 @@
 :class:`Chains` is what :meth:`~batchspec.invariants.history.History.read`
 makes of one :class:`~batchspec.invariants.observation.ForwardCall`: per
 row, every attended slot and input as an element of one chain, with what
-its label says and the hash of the chain before it. The labels of the cached
-slots are built when first read, from a :data:`Source`: :class:`Prefix`
-(the call appended to the previous call's cache) or :class:`Moved` (its rows
-attend what the previous call's rows attended, wherever the slots now sit).
+its label says and the hash of the chain before it. A call that appended to
+the previous call's cache has its labels built at once, appended to the
+previous call's (:class:`~batchspec.invariants.columns.Columns`); a call whose
+rows attend what the previous call's rows attended, wherever the slots now
+sit, has them built when first read, from a :data:`Source`, :class:`Moved`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Chains:
     #: calls since the last one whose context labels were built: each lazy context reads the
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0
+    _choice: torch.Tensor | None = None  # [B, kept] the logits' argmax, once read
 
     @property
     def cached(self) -> int:
@@ -73,6 +75,14 @@ class Chains:
             self._context = self.source.labels()
             self.source, self.depth = None, 0  # built: the previous call's Chains need not live on
         return self._context
+
+    @property
+    def choice(self) -> torch.Tensor:
+        """``[B, kept]`` the call's greedy choices, ``logits.argmax(-1)`` (computed once:
+        the target's choices and the stream memo both read them)."""
+        if self._choice is None:
+            self._choice = self.call.logits.argmax(-1).to(self.token.device)
+        return self._choice
 
     def written(self) -> torch.Tensor:
         """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what."""
@@ -104,19 +114,6 @@ class Chains:
 
 
 @dataclass(frozen=True)
-class Prefix:
-    """The context of a call that appended to the previous call's cache: the
-    first ``t`` slots of ``previous``'s labels (History._inputs)."""
-
-    previous: Chains
-    t: int
-
-    def labels(self) -> torch.Tensor:
-        """``[B, t, 4]`` the labels of the cached slots."""
-        return self.previous.labels()[:, :self.t]
-
-
-@dataclass(frozen=True)
 class Moved:
     """The context of a call whose rows attend a prefix of what they attended at
     the previous call, wherever the slots now sit (History._moved): ``previous``'s
@@ -142,4 +139,4 @@ class Moved:
 
 
 #: Where a call's context labels come from.
-Source = Prefix | Moved
+Source = Moved

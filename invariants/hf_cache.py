@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 from transformers import cache_utils
 
+from .columns import Columns
+
 #: the content hash of a column whose key/value the cache no longer holds (evicted by a window):
 #: an arbitrary odd constant (not -2**63: a slot of zeros with one negative zero hashes to that)
 ABSENT = 0x2545F4914F6CDD1D
@@ -144,7 +146,9 @@ class Seal:
     and is a fraction of its cost; no tensor's identity or version is trusted."""
 
     def __init__(self):
-        self._kept: dict = {}  # model -> (words [B, W, w] of the keys, of the values, hashes [B, W])
+        #: model -> (words of the keys, of the values, hashes), each a :class:`Columns`
+        #: whose newest view is what was kept after the model's last call
+        self._kept: dict = {}
 
     def hashes(self, hasher, name: str, cache, layers: list, t: int, n: int):
         """``[B, T + n]`` content hashes of the group's columns after a call of ``name``
@@ -157,12 +161,18 @@ class Seal:
         if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
             return column_hashes(hasher, cache, layers, 0, t + n)
         words = hasher.words(keys[:, :, :t + n]), hasher.words(values[:, :, :t + n])  # [B, T + n, w] each
-        c = 0 if kept is None or kept[0].shape[0] != words[0].shape[0] else min(kept[2].shape[1], t)
+        if kept is None:
+            kept = (Columns(), Columns(), Columns(), None)
+        views = kept[3]  # the views kept after the last call: (keys' words, values' words, hashes)
+        c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[2].shape[1], t)
         # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
-        if c and all(a.shape[2] == b.shape[2] and torch.equal(a[:, :c], b[:, :c]) for a, b in zip(words, kept)):
-            out = torch.cat([kept[2][:, :c], hasher.pair_hashes(keys[:, :, c: t + n], values[:, :, c: t + n])], 1)
-            self._kept[name] = (*(torch.cat([b[:, :c], a[:, c:]], 1) for a, b in zip(words, kept)), out)
-        else:
-            out = hasher.pair_hashes(keys[:, :, :t + n], values[:, :, :t + n])
-            self._kept[name] = (words[0].clone(), words[1].clone(), out)
-        return out
+        if not (c and all(a.shape[2] == b.shape[2] and torch.equal(a[:, :c], b[:, :c])
+                          for a, b in zip(words, views))):
+            c = 0
+        fresh = hasher.pair_hashes(keys[:, :, c: t + n], values[:, :, c: t + n])
+        prefix = (views[0][:, :c], views[1][:, :c], views[2][:, :c]) if c else \
+            (words[0][:, :0], words[1][:, :0], fresh[:, :0])
+        views = tuple(columns.append(p, x) for columns, p, x in
+                      zip(kept[:3], prefix, (words[0][:, c:], words[1][:, c:], fresh)))
+        self._kept[name] = (*kept[:3], views)
+        return views[2]

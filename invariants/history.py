@@ -27,9 +27,10 @@ import torch
 
 from ._util import on
 from .calllog import CallLog
-from .chains import UNREAD, DEPTH, Chains, Moved, Prefix
+from .chains import UNREAD, DEPTH, Chains, Moved
+from .columns import Columns, same_view
 from .observation import ForwardCall
-from .slots import UNWRITTEN, Hasher, LabelTable
+from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
 from .stream import Stream
 
 
@@ -45,6 +46,8 @@ class History:
     hashes: torch.Tensor | None = None  # [B, T + n] the slot hashes of the call being read
     carried: dict = field(default_factory=dict)  # model -> its last call's Chains, with the hashes and labels of every slot
     stream: Stream = field(default_factory=Stream)  # what each fed token was to the target (C1's third clause)
+    #: model -> Columns of its chains' rank, token, before, node and labels (History._inputs)
+    columns: dict = field(default_factory=dict)
 
     def first_built_on(self, wrong: int, after: int):
         """``(call number, model)`` of the first logged call after call ``after`` that
@@ -98,7 +101,7 @@ class History:
         if t and before is not None:
             held = on(self.hashes[:, :t], device)
             same = before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
-                and torch.equal(held, before.hashes[:, :t])
+                and (same_view(held, before.hashes[:, :t]) or torch.equal(held, before.hashes[:, :t]))
             if same and torch.equal(attended[:, :t], before.attended[:, :t]):
                 return self._inputs(call, attended, before, t)
             moved = self._moved(call, attended, before, held)
@@ -175,17 +178,23 @@ class History:
 
     def _inputs(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", t: int) -> Chains:
         """The chains of a call whose context is the previous call's (see :meth:`read`):
-        the carried chain up to slot ``T``, extended by the inputs."""
-        ids = call.input_ids
-        rank_in = before.rank[:, t - 1: t] + attended[:, t:].cumsum(1)  # [B, n]
+        the carried chain up to slot ``T``, extended by the inputs, appended to this
+        model's :class:`~batchspec.invariants.columns.Columns` (in place when the
+        call appends to the previous call's columns: work in what the call feeds)."""
+        ids, fed = call.input_ids, attended[:, t:]
+        rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
         weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
-        contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * attended[:, t:]
+        contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * fed
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
-        rank = torch.cat([before.rank[:, :t], rank_in], 1)
-        node = torch.cat([before.node[:, :t], node_in], 1)
-        return Chains(self.calls, call, attended, rank, torch.cat([before.token[:, :t], ids], 1),
-                      torch.cat([before.before[:, :t], node_in - contrib], 1), node, self, checked=t,
-                      source=Prefix(before, t), depth=self._bounded(before), _marks=self._marks(before, t))
+        before_in = node_in - contrib
+        written = torch.stack([ids, call.position_ids.to(ids), before_in, PADDING - fed.long() * (PADDING - WRITTEN)],
+                              -1)  # [B, n, 4]: what Chains.written() would build
+        cols = self.columns.setdefault(call.model, tuple(Columns() for _ in range(5)))
+        rank, token, before_, node, labels = (c.append(p[:, :t], x) for c, p, x in zip(
+            cols, (before.rank, before.token, before.before, before.node, before.labels()),
+            (rank_in, ids, before_in, node_in, written)))
+        return Chains(self.calls, call, attended, rank, token, before_, node, self, checked=t,
+                      _context=labels[:, :t], _labels=labels, _marks=self._marks(before, t))
 
     @staticmethod
     def _bounded(before: Chains) -> int:
@@ -242,7 +251,7 @@ class History:
         n, kept = call.input_ids.shape[1], call.logits.shape[1]
         if kept == 0 or kept > n:
             return
-        choice = call.logits.argmax(-1).to(chains.token.device)  # [B, kept]
+        choice = chains.choice  # [B, kept]
         fed = chains.attended[:, t + n - kept:]
         for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice[fed].tolist()):
             self.chosen.setdefault(node, {}).setdefault(chose, chains.number)

@@ -33,7 +33,7 @@ class Memo:
         self._masks: dict = {}  # (p_i..., device, dtype) -> the widest compact mask built for them
         self._extended = None  # (a copy of the grid mask, need, device, dtype, the widest extension built)
         self._directions: dict = {}  # (heads, head_dim, dtype, device) -> direction [H, 1, D]
-        self._causal: dict = {}  # (n, width, device) -> [n, width]
+        self._causal: dict = {}  # device -> a causal square [S, S], sliced to [n, width]
         self._calls: dict = {}  # id(call) -> (call, its mask, T, fed, index), for this check's calls
 
     def compact_mask(self, pad: list[int], width: int, device, dtype=torch.bool) -> torch.Tensor:
@@ -80,13 +80,15 @@ class Memo:
         return self._directions[key]
 
     def causal(self, n: int, width: int, device) -> torch.Tensor:
-        """:func:`~batchspec.invariants.masks.causal`, built once per shape and device."""
-        key = (n, width, device)
-        if key not in self._causal:
-            if len(self._causal) >= 64:
-                self._causal.clear()
-            self._causal[key] = causal(n, width, device)
-        return self._causal[key]
+        """:func:`~batchspec.invariants.masks.causal` ``[n, width]``, a slice of one square
+        kept per device (``S >= width``: input ``j`` sees slot ``s`` iff ``s - j <= width - n``,
+        which is the square's ``s + S - width <= j + S - n``), grown by doubling."""
+        held = self._causal.get(device)
+        if held is None or held.shape[0] < width:
+            size = max(2 * width, 64)
+            held = self._causal[device] = causal(size, size, device)
+        size = held.shape[0]
+        return held[size - n:, size - width:]
 
     def content_positions(self, call: ForwardCall) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`ForwardCall.content_positions`, computed once per check: I2 and the

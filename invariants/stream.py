@@ -172,7 +172,7 @@ class Stream:
             return
         fed = chains.attended[:, t + n - kept:]
         rank = chains.rank[:, t + n - kept:][fed] + 1
-        choice = call.logits.argmax(-1).to(fed.device)[fed]
+        choice = chains.choice[fed]
         weights = chains.history.hasher.chain_weights(int(rank.max()) + 1 if rank.numel() else 0, fed.device)
         new = (chains.node[:, t + n - kept:][fed] + (choice + 1) * weights[rank]).tolist()
         for h in new:
@@ -187,7 +187,7 @@ class Stream:
         if kept == 0 or kept > n:
             return
         fed = chains.attended[:, t + n - kept:]
-        choice = call.logits.argmax(-1).to(fed.device)[fed]
+        choice = chains.choice[fed]
         for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice.tolist()):
             self.proposed.setdefault(node, set()).add(chose)
 
