@@ -30,7 +30,7 @@ from .calllog import CallLog
 from .chains import UNREAD, DEPTH, Chains, Moved
 from .columns import Columns, same_view
 from .observation import ForwardCall
-from .slots import PADDING, UNWRITTEN, WRITTEN, Hasher, LabelTable
+from .slots import UNWRITTEN, Hasher, LabelTable
 from .stream import Stream
 
 
@@ -186,15 +186,16 @@ class History:
         weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
         contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * fed
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
-        before_in = node_in - contrib
-        written = torch.stack([ids, call.position_ids.to(ids), before_in, PADDING - fed.long() * (PADDING - WRITTEN)],
-                              -1)  # [B, n, 4]: what Chains.written() would build
-        cols = self.columns.setdefault(call.model, tuple(Columns() for _ in range(5)))
-        rank, token, before_, node, labels = (c.append(p[:, :t], x) for c, p, x in zip(
-            cols, (before.rank, before.token, before.before, before.node, before.labels()),
-            (rank_in, ids, before_in, node_in, written)))
-        return Chains(self.calls, call, attended, rank, token, before_, node, self, checked=t,
-                      _context=labels[:, :t], _labels=labels, _marks=self._marks(before, t))
+        cols = self.columns.get(call.model)
+        if cols is None:
+            cols = self.columns[call.model] = tuple(Columns() for _ in range(5))
+        rank, token, before_, node = (c.append(p[:, :t], x) for c, p, x in zip(
+            cols, (before.rank, before.token, before.before, before.node), (rank_in, ids, node_in - contrib, node_in)))
+        chains = Chains(self.calls, call, attended, rank, token, before_, node, self, checked=t,
+                        _marks=self._marks(before, t))
+        chains._labels = cols[4].append(before.labels()[:, :t], chains.written())
+        chains._context = chains._labels[:, :t]
+        return chains
 
     @staticmethod
     def _bounded(before: Chains) -> int:
