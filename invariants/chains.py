@@ -62,6 +62,10 @@ class Chains:
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0
     _choice: torch.Tensor | None = None  # [B, kept] the logits' argmax, once read
+    _written: torch.Tensor | None = None  # [B, n, 4] the labels of the slots the call wrote, once built
+    #: [B, T + n, 4] ``rank``, ``token``, ``before`` and ``node`` are views of, where they were
+    #: appended as one (History._inputs), so that the next call appends to it in place
+    quad: torch.Tensor | None = None
 
     @property
     def cached(self) -> int:
@@ -85,11 +89,14 @@ class Chains:
         return self._choice
 
     def written(self) -> torch.Tensor:
-        """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what."""
-        t, call = self.cached, self.call
-        fed = self.attended[:, t:]
-        return torch.stack([call.input_ids, call.position_ids.to(call.input_ids), self.before[:, t:],
-                            PADDING - fed.long() * (PADDING - WRITTEN)], -1)
+        """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what
+        (built once: the call's labels and the label table both read them)."""
+        if self._written is None:
+            t, call = self.cached, self.call
+            fed = self.attended[:, t:]
+            self._written = torch.stack([call.input_ids, call.position_ids.to(call.input_ids), self.before[:, t:],
+                                         PADDING - fed.long() * (PADDING - WRITTEN)], -1)
+        return self._written
 
     def labels(self) -> torch.Tensor:
         """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed)."""

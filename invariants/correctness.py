@@ -190,13 +190,9 @@ def _detours(chains: Chains) -> list[Violation]:
     pos = label[..., 1].clamp(0, width)  # [B, T]
     diverts = hidden & (has.gather(1, pos) == 1) & (before.gather(1, pos) == label[..., 2]) & (
         token.gather(1, pos) != label[..., 0])
-    if bool(diverts.any()):  # only a hole holding the target's own choice: its chain hash is one the target chose
-        weights = chains.history.hasher.chain_weights(width + 1, att.device)
-        held = label[diverts]
-        diverts[diverts.clone()] = chains.history.stream.chosen(held[:, 2] + (held[:, 0] + 1) * weights[pos[diverts]])
     out, seen = [], set()
-    for i, s in diverts.nonzero().tolist():
-        x, j, prefix = int(label[i, s, 0]), int(label[i, s, 1]), int(label[i, s, 2])
+    # a few per call (per row, the first rejected draft of each round kept as a hole): read as lists at once
+    for (i, s), (x, j, prefix, _flag) in zip(diverts.nonzero().tolist(), label[diverts].tolist()):
         chose = chains.history.chosen.get(prefix, {})
         if i in seen or x not in chose:
             continue  # a rejected draft left as a hole: not the target's choice

@@ -146,8 +146,8 @@ class Seal:
     and is a fraction of its cost; no tensor's identity or version is trusted."""
 
     def __init__(self):
-        #: model -> (words of the keys, of the values, hashes), each a :class:`Columns`
-        #: whose newest view is what was kept after the model's last call
+        #: model -> (words, hashes, views): two :class:`Columns` (each column's key words
+        #: then value words; its hash) and their newest views, what was kept after the model's last call
         self._kept: dict = {}
 
     def hashes(self, hasher, name: str, cache, layers: list, t: int, n: int):
@@ -161,18 +161,18 @@ class Seal:
         if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
             return column_hashes(hasher, cache, layers, 0, t + n)
         words = hasher.words(keys[:, :, :t + n]), hasher.words(values[:, :, :t + n])  # [B, T + n, w] each
+        w = words[0].shape[2]
         if kept is None:
-            kept = (Columns(), Columns(), Columns(), None)
-        views = kept[3]  # the views kept after the last call: (keys' words, values' words, hashes)
-        c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[2].shape[1], t)
+            kept = (Columns(), Columns(), None)
+        views = kept[2]  # the views kept after the last call: (words [B, W, 2w], keys' then values', hashes)
+        c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[1].shape[1], t)
         # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
-        if not (c and all(a.shape[2] == b.shape[2] and torch.equal(a[:, :c], b[:, :c])
-                          for a, b in zip(words, views))):
+        if not (c and views[0].shape[2] == w + words[1].shape[2] and torch.equal(words[0][:, :c], views[0][:, :c, :w])
+                and torch.equal(words[1][:, :c], views[0][:, :c, w:])):
             c = 0
-        fresh = hasher.pair_hashes(keys[:, :, c: t + n], values[:, :, c: t + n])
-        prefix = (views[0][:, :c], views[1][:, :c], views[2][:, :c]) if c else \
-            (words[0][:, :0], words[1][:, :0], fresh[:, :0])
-        views = tuple(columns.append(p, x) for columns, p, x in
-                      zip(kept[:3], prefix, (words[0][:, c:], words[1][:, c:], fresh)))
-        self._kept[name] = (*kept[:3], views)
-        return views[2]
+        bits = torch.cat([words[0][:, c:], words[1][:, c:]], -1)  # [B, T + n - c, 2w]: the columns to hash
+        fresh = hasher.word_hashes(bits)
+        views = (kept[0].append(views[0][:, :c] if c else bits[:, :0], bits),
+                 kept[1].append(views[1][:, :c] if c else fresh[:, :0], fresh))
+        self._kept[name] = (*kept[:2], views)
+        return views[1]

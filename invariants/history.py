@@ -46,7 +46,7 @@ class History:
     hashes: torch.Tensor | None = None  # [B, T + n] the slot hashes of the call being read
     carried: dict = field(default_factory=dict)  # model -> its last call's Chains, with the hashes and labels of every slot
     stream: Stream = field(default_factory=Stream)  # what each fed token was to the target (C1's third clause)
-    #: model -> Columns of its chains' rank, token, before, node and labels (History._inputs)
+    #: model -> Columns of its chains' (rank, token, before, node) and of their labels (History._inputs)
     columns: dict = field(default_factory=dict)
 
     def first_built_on(self, wrong: int, after: int):
@@ -188,12 +188,14 @@ class History:
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
         cols = self.columns.get(call.model)
         if cols is None:
-            cols = self.columns[call.model] = tuple(Columns() for _ in range(5))
-        rank, token, before_, node = (c.append(p[:, :t], x) for c, p, x in zip(
-            cols, (before.rank, before.token, before.before, before.node), (rank_in, ids, node_in - contrib, node_in)))
-        chains = Chains(self.calls, call, attended, rank, token, before_, node, self, checked=t,
-                        _marks=self._marks(before, t))
-        chains._labels = cols[4].append(before.labels()[:, :t], chains.written())
+            cols = self.columns[call.model] = (Columns(), Columns())
+        # rank, token, before and node as one [B, T + n, 4] column each: one append, not four
+        prefix = before.quad[:, :t] if before.quad is not None else \
+            torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
+        quad = cols[0].append(prefix, torch.stack([rank_in, ids.to(rank_in), node_in - contrib, node_in], -1))
+        chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
+                        _marks=self._marks(before, t), quad=quad)
+        chains._labels = cols[1].append(before.labels()[:, :t], chains.written())
         chains._context = chains._labels[:, :t]
         return chains
 

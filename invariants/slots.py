@@ -84,8 +84,13 @@ class Hasher:
         their first :data:`DIMS` dimensions, bit for bit, read as int64 words
         (:func:`_words`), times fixed random odd int64 weights, summed with wrap-around
         (a word that differs changes the sum: an odd weight is invertible modulo 2**64)."""
-        bits = torch.cat([self.words(keys), self.words(values)], -1)  # [B, S, 2w]
-        return (bits * self.weights(bits.shape[-1], keys.device)).sum(-1)  # [B, S], wraps
+        return self.word_hashes(torch.cat([self.words(keys), self.words(values)], -1))
+
+    def word_hashes(self, bits: torch.Tensor) -> torch.Tensor:
+        """``[B, S]`` int64 from ``bits`` ``[B, S, 2w]``, a slot's key words then its value
+        words (:meth:`words`): each word times its fixed random odd weight, summed with
+        wrap-around (:meth:`pair_hashes`)."""
+        return (bits * self.weights(bits.shape[-1], bits.device)).sum(-1)  # [B, S], wraps
 
     @staticmethod
     def words(x: torch.Tensor) -> torch.Tensor:

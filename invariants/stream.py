@@ -35,6 +35,9 @@ import torch
 #: uniform, so with ``K`` rejected nodes a slot passes it by chance with odds ``K / 2**20``).
 FILTER_BITS = 20
 _LOW = (1 << FILTER_BITS) - 1
+#: Up to this many chain hashes are looked up in the set one by one (a tensor op costs microseconds
+#: whatever its size; a dict look-up, a fraction of one), more through the :class:`HashFilter`.
+FEW = 256
 
 
 @dataclass
@@ -55,10 +58,7 @@ class Stream:
     tested: set = field(default_factory=set)  # nodes a target call was fed
     prefix: dict = field(default_factory=dict)  # rejected node -> the node before it
     reported: set = field(default_factory=set)  # rejected nodes a violation named already
-    #: chain hashes of what the target chose: a node after which it chose ``y``, extended by ``y``
-    continued: set = field(default_factory=set)
     _rejected_filter: "HashFilter | None" = None
-    _continued_filter: "HashFilter | None" = None
 
     def attended(self, chains) -> torch.Tensor:
         """``[B, T]`` bool: the cached slots each row attends whose node was rejected
@@ -70,12 +70,17 @@ class Stream:
             att = chains.attended[:, :t]
             marks, count = chains._marks or (att[:, :0], len(self.order))
             c = min(marks.shape[1], t)
-            out = torch.zeros_like(att)
-            out[:, :c] = marks[:, :c]
+            carried = marks[:, :c]
             if count < len(self.order):  # nodes rejected since the marks were taken
                 new = torch.tensor(self.order[count:], dtype=torch.int64, device=att.device)
-                out[:, :c] |= torch.isin(chains.node[:, :c], new) & att[:, :c]
-            out[:, c:] = self.member(chains.node[:, c:t]) & att[:, c:]
+                carried = carried | (torch.isin(chains.node[:, :c], new) & att[:, :c])
+            rest = chains.node[:, c:t]
+            if rest.numel() <= FEW:  # the previous call's inputs, most often: looked up in the dict itself
+                hit = torch.tensor([h in self.rejected for h in rest.flatten().tolist()], dtype=torch.bool,
+                                   device=rest.device).reshape(rest.shape)
+            else:
+                hit = self.member(rest)
+            out = torch.cat([carried, hit & att[:, c:]], 1)
             chains._rejected, chains._marked, chains._marks = out, len(self.order), None
         return chains._rejected
 
@@ -84,12 +89,6 @@ class Stream:
         if self._rejected_filter is None:
             self._rejected_filter = HashFilter(self.rejected)
         return self._rejected_filter.member(node)
-
-    def chosen(self, node: torch.Tensor) -> torch.Tensor:
-        """``node``'s shape, bool: which chain hashes end in a token the target chose after the rest."""
-        if self._continued_filter is None:
-            self._continued_filter = HashFilter(self.continued)
-        return self._continued_filter.member(node)
 
     def first_wrong(self, node: int, default=None):
         """The decoder's first wrong call on rejected ``node``, once a call built on it
@@ -114,9 +113,7 @@ class Stream:
         rows, (nodes, befores, tokens) = fed_inputs(chains)
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
-            self._proposals(chains)
-        if call.model == "target" and call.logits is not None:
-            self._continue(chains)
+            self._proposals(chains, nodes)
         continuing = None  # [B]: rows that attend their cache, read when first needed
         for i, node, before, token in zip(rows, nodes, befores, tokens):
             chose = chosen.get(before, {})
@@ -163,32 +160,17 @@ class Stream:
         if number > self.rejected[node]:
             self.late.setdefault(node, number)
 
-    def _continue(self, chains) -> None:
-        """Note the chain hash of every choice of a target call: the node it chose after,
-        extended by the token chosen (History._choices keeps the choices by node)."""
+    def _proposals(self, chains, nodes: list) -> None:
+        """Note the draft's choice after every attended input its logits cover (``nodes``:
+        the call's attended inputs' nodes, :func:`fed_inputs`, in the same row-major order)."""
         call, t = chains.call, chains.cached
         n, kept = call.input_ids.shape[1], call.logits.shape[1]
         if kept == 0 or kept > n:
             return
         fed = chains.attended[:, t + n - kept:]
-        rank = chains.rank[:, t + n - kept:][fed] + 1
-        choice = chains.choice[fed]
-        weights = chains.history.hasher.chain_weights(int(rank.max()) + 1 if rank.numel() else 0, fed.device)
-        new = (chains.node[:, t + n - kept:][fed] + (choice + 1) * weights[rank]).tolist()
-        for h in new:
-            if h not in self.continued:
-                self.continued.add(h)
-                if self._continued_filter is not None:
-                    self._continued_filter.add(h)
-
-    def _proposals(self, chains) -> None:
-        call, t = chains.call, chains.cached
-        n, kept = call.input_ids.shape[1], call.logits.shape[1]
-        if kept == 0 or kept > n:
-            return
-        fed = chains.attended[:, t + n - kept:]
-        choice = chains.choice[fed]
-        for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice.tolist()):
+        if kept < n:  # logits for the last inputs only
+            nodes = chains.node[:, t + n - kept:][fed].tolist()
+        for node, chose in zip(nodes, chains.choice[fed].tolist()):
             self.proposed.setdefault(node, set()).add(chose)
 
 

@@ -1,7 +1,11 @@
-"""The bit filter that C1's third clause and its detour check read chain hashes through (Spec §3.12.2)."""
+"""The bit filter that C1's third clause reads many chain hashes through (Spec §3.12.2)."""
 
+import pytest
 import torch
 
+from _catch import check_catch
+
+from batchspec.invariants import stream
 from batchspec.invariants.stream import FILTER_BITS, HashFilter
 
 
@@ -18,3 +22,12 @@ def test_members_found_exactly_even_where_low_bits_collide():
 
 def test_an_empty_set_holds_nothing():
     assert not HashFilter(set()).member(torch.tensor([0, 1, -1])).any()
+
+
+@pytest.mark.parametrize("few", [stream.FEW, 0])
+def test_rejected_slots_found_alike_by_dict_and_by_filter(few, monkeypatch):
+    """``Stream.attended`` looks a call's few new columns up in the rejected dict itself, and
+    more through the filter: with every look-up sent through the filter (``FEW = 0``), a stale
+    rejected draft is caught at the same call with the same cause."""
+    monkeypatch.setattr(stream, "FEW", few)
+    check_catch("stale", "right_holes")

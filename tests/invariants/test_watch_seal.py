@@ -27,13 +27,13 @@ STEPS = 6
 def widths(monkeypatch):
     """The column count of every hash the checker takes, in order."""
     seen: list = []
-    pair_hashes = Hasher.pair_hashes
+    word_hashes = Hasher.word_hashes  # every content hash goes through it
 
-    def spy(self, keys, values):
-        seen.append(keys.shape[2])
-        return pair_hashes(self, keys, values)
+    def spy(self, bits):
+        seen.append(bits.shape[1])
+        return word_hashes(self, bits)
 
-    monkeypatch.setattr(Hasher, "pair_hashes", spy)
+    monkeypatch.setattr(Hasher, "word_hashes", spy)
     return seen
 
 

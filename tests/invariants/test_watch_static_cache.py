@@ -54,13 +54,13 @@ def test_a_static_cache_is_read_only_where_written(monkeypatch):
     """1024 preallocated slots, a few dozen written: no call hashes more than the stream it has."""
     model = build("llama")
     widths = []
-    pair_hashes = Hasher.pair_hashes
+    word_hashes = Hasher.word_hashes  # every content hash goes through it
 
-    def spy(self, keys, values):
-        widths.append(keys.shape[2])
-        return pair_hashes(self, keys, values)
+    def spy(self, bits):
+        widths.append(bits.shape[1])
+        return word_hashes(self, bits)
 
-    monkeypatch.setattr(Hasher, "pair_hashes", spy)
+    monkeypatch.setattr(Hasher, "word_hashes", spy)
     with watch(target=model) as w:
         out = guess_and_check(model, StaticCache(config=model.config, max_cache_len=1024), PROMPT, STEPS)
     assert w.violations == [] and widths and max(widths) <= len(PROMPT) + 2 * len(out)
