@@ -17,6 +17,15 @@ resident memory after the watched runs over that after the unwatched run
 resident memory once the models are loaded). A shared machine's wall clock
 wanders; the CPU figures are the ones to compare.
 
+The peak is the process's, and glibc's allocator shapes it: by default it
+raises its mmap threshold each time a large block (a growing KV cache's
+old copy) is freed, so later large blocks come from the heap, which need
+not shrink when they are freed, least of all under long-lived small
+blocks such as the checker's.
+``--mmap-threshold 131072`` runs each decoder's process with that
+threshold fixed (``MALLOC_MMAP_THRESHOLD_``, for the unwatched and the
+watched runs alike), so that the peak shows what the run holds.
+
 The default pair's models were trained on 1024 positions
 (``max_position_embeddings``) and its prompts are 24 to 64 tokens, so 1024
 new tokens run past that: where a run needs it, this benchmark (and only
@@ -34,13 +43,14 @@ the check time is what the driver spends in the checker
 time what it spends in the algorithm (the phases).
 
     python benchmarks/check_overhead.py [--pair default|tiny-llama] [--batch 8] [--repeat 3]
-        [--max-new-tokens 32,256,1024] [--json]
+        [--max-new-tokens 32,256,1024] [--mmap-threshold BYTES] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -134,7 +144,10 @@ def _in_child(args, name: str, n: int) -> dict:
     """:func:`watched` in a fresh process, so that its peak memory is its own."""
     command = [sys.executable, __file__, "--one", f"{name}:{n}", "--pair", args.pair, "--batch", str(args.batch),
                "--k", str(args.k), "--repeat", str(args.repeat)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = dict(os.environ)
+    if args.mmap_threshold:  # glibc reads it at start-up: the child's allocator, fixed (see --mmap-threshold)
+        env["MALLOC_MMAP_THRESHOLD_"] = str(args.mmap_threshold)
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(f"{name} at {n} new tokens failed: {done.stderr.strip().splitlines()[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -142,7 +155,8 @@ def _in_child(args, name: str, n: int) -> dict:
 
 def _print_watch(args, rows: list) -> None:
     print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k} (holes decoder "
-          f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs")
+          f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs"
+          + (f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else ""))
     print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'ms/call':>7}  "
           f"{'peak x':>6} {'above base x':>12}")
     for r in rows:
@@ -166,6 +180,10 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--decoders", default=",".join(DECODERS), help="comma-separated, of: " + ", ".join(DECODERS))
     ap.add_argument("--no-layout", action="store_true", help="skip the check_invariants modes")
+    ap.add_argument("--mmap-threshold", type=int, default=0, metavar="BYTES",
+                    help="run each decoder's process with glibc's MALLOC_MMAP_THRESHOLD_ fixed at BYTES (e.g. "
+                         "131072, its initial value): large blocks then always go back to the system when freed, "
+                         "so the peak figures show what is held, not where the heap happened to grow")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # decoder:length, run in this process (a child)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

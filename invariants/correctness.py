@@ -186,9 +186,9 @@ def _detours(chains: Chains) -> list[Violation]:
     at_rank = torch.zeros((b, width + 1), dtype=torch.int64, device=att.device)
     before = at_rank.scatter(1, where, chains.before)  # [B, W + 1]: the chain before rank r
     token = at_rank.scatter(1, where, chains.token)
-    has = at_rank.scatter(1, where, torch.ones_like(where))
     pos = label[..., 1].clamp(0, width)  # [B, T]
-    diverts = hidden & (has.gather(1, pos) == 1) & (before.gather(1, pos) == label[..., 2]) & (
+    has = pos < att.sum(1, keepdim=True)  # the row's chain has an element at that rank (ranks 0 .. count-1)
+    diverts = hidden & has & (before.gather(1, pos) == label[..., 2]) & (
         token.gather(1, pos) != label[..., 0])
     out, seen = [], set()
     # a few per call (per row, the first rejected draft of each round kept as a hole): read as lists at once

@@ -149,17 +149,21 @@ class Seal:
         #: model -> (words, hashes, views): two :class:`Columns` (each column's key words
         #: then value words; its hash) and their newest views, what was kept after the model's last call
         self._kept: dict = {}
+        #: the last call's columns were all read where the cache holds them (no :data:`ABSENT`)
+        self.held = False
 
     def hashes(self, hasher, name: str, cache, layers: list, t: int, n: int):
         """``[B, T + n]`` content hashes of the group's columns after a call of ``name``
         that found ``T`` cached (:func:`column_hashes`), the columns compared equal
         to the kept ones not hashed again; then keeps this call's."""
         kept = self._kept.pop(name, None)
+        self.held = False
         if not (t + n and seen(cache, layers[0]) == seen(cache, layers[-1]) == t + n):
             return column_hashes(hasher, cache, layers, 0, t + n)
         keys, values = cache.layers[layers[0]].keys, cache.layers[layers[-1]].values
         if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
             return column_hashes(hasher, cache, layers, 0, t + n)
+        self.held = True  # every column read from a slot that holds it: none ABSENT
         words = hasher.words(keys[:, :, :t + n]), hasher.words(values[:, :, :t + n])  # [B, T + n, w] each
         w = words[0].shape[2]
         if kept is None:

@@ -178,6 +178,10 @@ def fed_inputs(chains) -> tuple[list, list]:
     """``(rows, [nodes, befores, tokens])``: the call's attended inputs in chain order,
     as plain lists (one transfer; no index when every row feeds every input)."""
     t, fed = chains.cached, chains.attended[:, chains.cached:]
+    if chains.quad is not None and bool(fed.all()):  # rank, token, before, node side by side (History._inputs)
+        b, n = fed.shape
+        _rank, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
+        return [i for i in range(b) for _ in range(n)], [nodes, befores, tokens]
     table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node)])
     if bool(fed.all()):
         b, n = fed.shape
