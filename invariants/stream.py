@@ -35,7 +35,7 @@ import torch
 #: uniform, so with ``K`` rejected nodes a slot passes it by chance with odds ``K / 2**20``).
 FILTER_BITS = 20
 _LOW = (1 << FILTER_BITS) - 1
-#: Up to this many chain hashes are looked up in the set one by one (a tensor op costs microseconds
+#: Up to this many chain hashes are looked up in the rejected dict one by one (a tensor op costs microseconds
 #: whatever its size; a dict look-up, a fraction of one), more through the :class:`HashFilter`.
 FEW = 256
 
@@ -178,15 +178,17 @@ def fed_inputs(chains) -> tuple[list, list]:
     """``(rows, [nodes, befores, tokens])``: the call's attended inputs in chain order,
     as plain lists (one transfer; no index when every row feeds every input)."""
     t, fed = chains.cached, chains.attended[:, chains.cached:]
-    if chains.quad is not None and bool(fed.all()):  # rank, token, before, node side by side (History._inputs)
-        b, n = fed.shape
+    every = bool(fed.all())
+    if every and chains.quad is not None:  # rank, token, before, node side by side (History._inputs)
         _rank, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
-        return [i for i in range(b) for _ in range(n)], [nodes, befores, tokens]
-    table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node)])
-    if bool(fed.all()):
-        b, n = fed.shape
-        return [i for i in range(b) for _ in range(n)], table.flatten(1).tolist()
-    return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()
+        columns = [nodes, befores, tokens]
+    else:
+        table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node)])
+        if not every:
+            return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()
+        columns = table.flatten(1).tolist()
+    b, n = fed.shape
+    return [i for i in range(b) for _ in range(n)], columns
 
 
 class HashFilter:

@@ -144,7 +144,7 @@ class Correctness:
             if full is not None:
                 # the columns after the call, those still holding what the last call left not hashed again
                 hashes = self.seal.hashes(self.history.hasher, name, cache, full, t, n) if cache is not None else None
-                if t and (hashes is None or not (self.seal.held or not bool((hashes == ABSENT).any()))):
+                if t and (hashes is None or (not self.seal.held and bool((hashes == ABSENT).any()))):
                     raise ValueError(f"its cache holds fewer than the {t} slots before the call plus {n} inputs "
                                      "after it")
                 chains = self.history.read(call, hashes)
