@@ -22,10 +22,15 @@ class CallLog:
         self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n)
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
-    def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int) -> None:
+    def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
+               extends: torch.Tensor | None = None) -> None:
+        """``extends``: the node of the call this one's first ``T`` columns are known to
+        repeat, attended alike (none to compare when it is this model's last logged call)."""
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
-        if last is not None and t and last[0].shape[0] == node.shape[0]:
+        if last is not None and t and last[0] is extends and extends.shape[1] == t:
+            kept = t
+        elif last is not None and t and last[0].shape[0] == node.shape[0]:
             w = min(t, last[0].shape[1])
             if (same_view(node[:, :w], last[0][:, :w]) or torch.equal(node[:, :w], last[0][:, :w])) \
                     and torch.equal(attended[:, :w], last[1][:, :w]):

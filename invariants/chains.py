@@ -53,11 +53,12 @@ class Chains:
     #: the window ``W`` of the layers read (Spec §3.12.2's window rule), 0 for full attention:
     #: ranks are then positions, not indices into the call's columns
     window: int = 0
-    _rejected: torch.Tensor | None = None  # [B, T] attended slots on a rejected stream (stream.Stream.attended)
+    _rejected: list | None = None  # [(row, slot)] attended slots on a rejected stream (stream.Stream.attended)
     _marked: int = 0  # how many nodes had been rejected when ``_rejected`` was computed
-    #: ``(marks [B, c], count)``: ``_rejected`` of the first ``c`` cached slots, carried from the
-    #: previous call whose chain this one continues there, as of ``count`` rejected nodes
+    #: ``(pairs, c, count, fed)``: the ``_rejected`` pairs of the previous call whose chain holds
+    #: this one's first ``c`` cached slots, as of ``count`` rejected nodes, and the nodes it fed
     _marks: tuple | None = None
+    _fed: list | None = None  # the nodes of the call's attended inputs (stream.fed_inputs), once read
     #: calls since the last one whose context labels were built: each lazy context reads the
     #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
     depth: int = 0
@@ -66,6 +67,17 @@ class Chains:
     #: [B, T + n, 4] ``rank``, ``token``, ``before`` and ``node`` are views of, where they were
     #: appended as one (History._inputs), so that the next call appends to it in place
     quad: torch.Tensor | None = None
+    _every: bool | None = None  # every row attends every input, once read
+    #: until the call is logged: the previous call's ``node`` when this call's first ``T``
+    #: columns are that call's, attended alike (History._inputs): nothing to compare there
+    extends: torch.Tensor | None = None
+
+    @property
+    def every(self) -> bool:
+        """Every row attends every input (read once: the check, the labels and the memo ask)."""
+        if self._every is None:
+            self._every = bool(self.attended[:, self.cached:].all())
+        return self._every
 
     @property
     def cached(self) -> int:
@@ -93,9 +105,10 @@ class Chains:
         (built once: the call's labels and the label table both read them)."""
         if self._written is None:
             t, call = self.cached, self.call
-            fed = self.attended[:, t:]
-            self._written = torch.stack([call.input_ids, call.position_ids.to(call.input_ids), self.before[:, t:],
-                                         PADDING - fed.long() * (PADDING - WRITTEN)], -1)
+            ids = call.input_ids
+            flag = torch.full_like(ids, WRITTEN) if self.every else \
+                PADDING - self.attended[:, t:].long() * (PADDING - WRITTEN)
+            self._written = torch.stack([ids, call.position_ids.to(ids), self.before[:, t:], flag], -1)
         return self._written
 
     def labels(self) -> torch.Tensor:

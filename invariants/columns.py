@@ -40,12 +40,16 @@ class Columns:
     def __init__(self):
         self._buffer: torch.Tensor | None = None
         self._width = 0  # columns of the buffer handed out so far
+        self._view: torch.Tensor | None = None  # the newest view handed out
 
     def append(self, prefix: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """``prefix`` ``[B, T, ...]`` then ``new`` ``[B, n, ...]``, as a view ``[B, T + n, ...]``."""
         t, n = prefix.shape[1], new.shape[1]
         buffer = self._buffer
-        if buffer is None or t != self._width or t + n > buffer.shape[1] or new.shape[0] != buffer.shape[0] \
+        if prefix is self._view and t + n <= buffer.shape[1] and new.shape[0] == buffer.shape[0] \
+                and new.dtype == buffer.dtype and new.shape[2:] == buffer.shape[2:] and new.device == buffer.device:
+            pass  # the newest view itself, whole: nothing of it to compare
+        elif buffer is None or t != self._width or t + n > buffer.shape[1] or new.shape[0] != buffer.shape[0] \
                 or new.shape[2:] != buffer.shape[2:] or new.dtype != buffer.dtype or new.device != buffer.device \
                 or not (t == 0 or same_view(prefix, buffer[:, :t])):
             buffer = torch.empty((new.shape[0], t + n + LEAST, *new.shape[2:]), dtype=new.dtype,
@@ -54,4 +58,11 @@ class Columns:
             self._buffer = buffer
         buffer[:, t: t + n] = new
         self._width = t + n
-        return buffer[:, : t + n]
+        self._view = buffer[:, : t + n]
+        return self._view
+
+
+def head(x: torch.Tensor, t: int) -> torch.Tensor:
+    """``x[:, :t]``, or ``x`` itself when that is all of it (so that :meth:`Columns.append`
+    knows its newest view without comparing)."""
+    return x if x.shape[1] == t else x[:, :t]

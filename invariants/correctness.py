@@ -74,7 +74,7 @@ def _chain(chains: Chains) -> list[Violation]:
     """C1's first two clauses: one chain at positions ``0, 1, …``; no committed token hidden."""
     t, att, rank = chains.cached, chains.attended, chains.rank
     positions = chains.call.position_ids.to(rank)  # [B, n]
-    if chains.checked == t and bool(att[:, t:].all()) and torch.equal(positions, rank[:, t:]):
+    if chains.checked == t and chains.every and torch.equal(positions, rank[:, t:]):
         return []  # the common case: the checked chain, extended by inputs fed at their indices
     fed = positions == rank[:, t:]  # [B, n]
     hidden = ~att[:, t:] & (rank[:, t:] >= 0)  # inputs masked out after the chain began
@@ -111,9 +111,9 @@ def _rejected(chains: Chains) -> list[Violation]:
     decoder's first wrong call on it, naming the call that chose and the one
     that fed the token."""
     memo, chosen, out = chains.history.stream, chains.history.chosen, []
-    hits = memo.attended(chains)
-    if not bool(hits.any()):
+    if not memo.attended(chains):
         return []
+    hits = memo.hits(chains)
     if memo.reported:  # each rejected token once: at the first call that attends it
         hits = hits & ~torch.isin(chains.node[:, :chains.cached], torch.tensor(sorted(memo.reported)).to(hits.device))
     first = torch.where(hits, chains.rank[:, :chains.cached], torch.iinfo(torch.int64).max).argmin(1)  # [B]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from transformers import cache_utils
 
-from .columns import Columns
+from .columns import Columns, head
 
 #: the content hash of a column whose key/value the cache no longer holds (evicted by a window):
 #: an arbitrary odd constant (not -2**63: a slot of zeros with one negative zero hashes to that)
@@ -176,7 +176,7 @@ class Seal:
             c = 0
         bits = torch.cat([words[0][:, c:], words[1][:, c:]], -1)  # [B, T + n - c, 2w]: the columns to hash
         fresh = hasher.word_hashes(bits)
-        views = (kept[0].append(views[0][:, :c] if c else bits[:, :0], bits),
-                 kept[1].append(views[1][:, :c] if c else fresh[:, :0], fresh))
+        views = (kept[0].append(head(views[0], c) if c else bits[:, :0], bits),
+                 kept[1].append(head(views[1], c) if c else fresh[:, :0], fresh))
         self._kept[name] = (*kept[:2], views)
         return views[1]

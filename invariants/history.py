@@ -28,7 +28,7 @@ import torch
 from ._util import on
 from .calllog import CallLog
 from .chains import UNREAD, DEPTH, Chains, Moved
-from .columns import Columns, same_view
+from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
 from .stream import Stream
@@ -126,11 +126,12 @@ class History:
 
     @staticmethod
     def _marks(before: Chains, upto: int):
-        """``before``'s rejected-slot marks of its first ``upto`` cached slots, to carry
-        into a call whose chain is ``before``'s there (:meth:`Stream.attended`)."""
-        if before._rejected is None:
+        """What :meth:`Stream.attended` carries into a call whose first ``upto`` cached slots
+        are elements of ``before``'s chain: ``before``'s rejected slots, ``upto``, how many
+        nodes had been rejected then, and the nodes ``before`` fed."""
+        if before._rejected is None or before._fed is None:
             return None
-        return before._rejected[:, :upto], before._marked
+        return before._rejected, upto, before._marked, before._fed
 
     def _moved(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", held: torch.Tensor):
         """The chains of a call whose rows attend, with no hole, a prefix of what they
@@ -155,7 +156,8 @@ class History:
         contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
-                      source=Moved(before, slot, at, att, rows), depth=self._bounded(before))
+                      source=Moved(before, slot, at, att, rows), depth=self._bounded(before),
+                      _marks=self._marks(before, t))
 
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
@@ -182,20 +184,25 @@ class History:
         model's :class:`~batchspec.invariants.columns.Columns` (in place when the
         call appends to the previous call's columns: work in what the call feeds)."""
         ids, fed = call.input_ids, attended[:, t:]
-        rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
+        every = bool(fed.all())
         weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
-        contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * fed
+        if every:  # the common case: ranks go on one by one from the previous call's
+            rank_in = before.rank[:, t - 1: t] + (1 if ids.shape[1] == 1 else fed.cumsum(1))  # [B, n]
+            contrib = (ids + 1) * weights[rank_in]
+        else:
+            rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
+            contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * fed
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
         cols = self.columns.get(call.model)
         if cols is None:
             cols = self.columns[call.model] = (Columns(), Columns())
         # rank, token, before and node as one [B, T + n, 4] column each: one append, not four
-        prefix = before.quad[:, :t] if before.quad is not None else \
+        prefix = head(before.quad, t) if before.quad is not None else \
             torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
         quad = cols[0].append(prefix, torch.stack([rank_in, ids.to(rank_in), node_in - contrib, node_in], -1))
         chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
-                        _marks=self._marks(before, t), quad=quad)
-        chains._labels = cols[1].append(before.labels()[:, :t], chains.written())
+                        _marks=self._marks(before, t), quad=quad, _every=every, extends=before.node)
+        chains._labels = cols[1].append(head(before.labels(), t), chains.written())
         chains._context = chains._labels[:, :t]
         return chains
 
@@ -242,7 +249,9 @@ class History:
             chains.hashes = on(self.hashes, chains.token.device)
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
-        self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1])
+        self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1],
+                        chains.extends)
+        chains.extends = None
         if call.model == "target" and call.logits is not None:
             self._choices(chains)
         self.stream.remember(chains, self.chosen)
@@ -254,7 +263,11 @@ class History:
         n, kept = call.input_ids.shape[1], call.logits.shape[1]
         if kept == 0 or kept > n:
             return
-        choice = chains.choice  # [B, kept]
-        fed = chains.attended[:, t + n - kept:]
-        for node, chose in zip(chains.node[:, t + n - kept:][fed].tolist(), choice[fed].tolist()):
+        choice, node = chains.choice, chains.node[:, t + n - kept:]  # [B, kept] each
+        if chains.every:
+            nodes, choices = node.flatten().tolist(), choice.flatten().tolist()
+        else:
+            fed = chains.attended[:, t + n - kept:]
+            nodes, choices = node[fed].tolist(), choice[fed].tolist()
+        for node, chose in zip(nodes, choices):
             self.chosen.setdefault(node, {}).setdefault(chose, chains.number)

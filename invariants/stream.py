@@ -60,29 +60,54 @@ class Stream:
     reported: set = field(default_factory=set)  # rejected nodes a violation named already
     _rejected_filter: "HashFilter | None" = None
 
-    def attended(self, chains) -> torch.Tensor:
-        """``[B, T]`` bool: the cached slots each row attends whose node was rejected
-        (computed once per call: the check and :meth:`remember` both read it). The
-        slots a previous call's chain held are carried from its marks
-        (``chains._marks``), with only the nodes rejected since looked up there."""
+    def attended(self, chains) -> list:
+        """``[(row, slot)]``, row-major: the cached slots each row attends whose node was
+        rejected (computed once per call: the check and :meth:`remember` both read it;
+        most often empty, so kept as a list). A call whose first ``c`` cached slots are
+        elements of the previous call's chain (``chains._marks``: its pairs, ``c``, how
+        many nodes had been rejected then, the nodes it fed) needs no look-up there
+        when that call attended none: a node there is one of that call's elements, so
+        only the nodes it fed and those rejected since can be rejected now."""
         if chains._rejected is None:
-            t = chains.cached
-            att = chains.attended[:, :t]
-            marks, count = chains._marks or (att[:, :0], len(self.order))
-            c = min(marks.shape[1], t)
-            carried = marks[:, :c]
-            if count < len(self.order):  # nodes rejected since the marks were taken
-                new = torch.tensor(self.order[count:], dtype=torch.int64, device=att.device)
-                carried = carried | (torch.isin(chains.node[:, :c], new) & att[:, :c])
-            rest = chains.node[:, c:t]
-            if rest.numel() <= FEW:  # the previous call's inputs, most often: looked up in the dict itself
-                hit = torch.tensor([h in self.rejected for h in rest.flatten().tolist()], dtype=torch.bool,
-                                   device=rest.device).reshape(rest.shape)
+            t, marks = chains.cached, chains._marks
+            if marks is None or marks[0]:  # nothing carried, or a call that attended one already: all looked up
+                pairs = self._lookup(chains, 0, t)
             else:
-                hit = self.member(rest)
-            out = torch.cat([carried, hit & att[:, c:]], 1)
-            chains._rejected, chains._marked, chains._marks = out, len(self.order), None
+                _pairs, c, count, fed = marks
+                c = min(c, t)
+                suspects = {h for h in fed if h in self.rejected}.union(self.order[count:])
+                pairs = self._among(chains, c, suspects) if suspects and c else []
+                if c < t:
+                    pairs = sorted(pairs + self._lookup(chains, c, t))
+            chains._rejected, chains._marked, chains._marks = pairs, len(self.order), None
         return chains._rejected
+
+    def _among(self, chains, c: int, suspects: set) -> list:
+        """The attended slots among the first ``c`` whose node is one of ``suspects``."""
+        node = chains.node[:, :c]
+        hit = torch.isin(node, torch.tensor(sorted(suspects), dtype=torch.int64, device=node.device))
+        return (hit & chains.attended[:, :c]).nonzero().tolist()
+
+    def _lookup(self, chains, a: int, b: int) -> list:
+        """The attended slots ``a .. b-1`` whose node was rejected: a few looked up in the
+        rejected dict itself, more through the :class:`HashFilter`."""
+        node = chains.node[:, a:b]
+        if not self.rejected or node.numel() == 0:
+            return []
+        if node.numel() <= FEW:  # the previous call's inputs, most often
+            width = b - a
+            hit = [(k // width, a + k % width) for k, h in enumerate(node.flatten().tolist()) if h in self.rejected]
+            return [(i, s) for i, s in hit if bool(chains.attended[i, s])]
+        return [(i, a + s) for i, s in (self.member(node) & chains.attended[:, a:b]).nonzero().tolist()]
+
+    def hits(self, chains) -> torch.Tensor:
+        """:meth:`attended` as a ``[B, T]`` bool tensor."""
+        hits = torch.zeros_like(chains.attended[:, :chains.cached])
+        pairs = self.attended(chains)
+        if pairs:
+            rows, slots = zip(*pairs)
+            hits[list(rows), list(slots)] = True
+        return hits
 
     def member(self, node: torch.Tensor) -> torch.Tensor:
         """``node``'s shape, bool: which chain hashes were rejected."""
@@ -111,6 +136,7 @@ class Stream:
         rejected nodes it attended from its cache."""
         number, call, t = chains.number, chains.call, chains.cached
         rows, (nodes, befores, tokens) = fed_inputs(chains)
+        chains._fed = nodes  # the next call's look-up of rejected slots reads them (attended)
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
             self._proposals(chains, nodes)
@@ -138,15 +164,15 @@ class Stream:
         row feeds only tokens the target was fed already (a catch-up over a
         verified branch, Spec §4.2.1) computes on that branch, not on a wrong
         stream, and is not noted."""
-        hits = self.attended(chains)
+        pairs = self.attended(chains)
         if chains.call.model == "target":
             self.tested.update(nodes)
-        elif bool(hits.any()):
+        elif pairs:
             new = {i for i, node in zip(rows, nodes) if node not in self.tested}
-            hits = hits.clone()
-            hits[[i for i in range(hits.shape[0]) if i not in new]] = False
-        if bool(hits.any()):
-            for node in chains.node[:, :chains.cached][hits].tolist():
+            pairs = [(i, s) for i, s in pairs if i in new]
+        if pairs:
+            at = torch.tensor(pairs, device=chains.node.device)
+            for node in chains.node[at[:, 0], at[:, 1]].tolist():
                 self.seen.setdefault(node, chains.number)
 
     def _reject(self, node: int, chose: int, number: int, before: int) -> None:
@@ -167,10 +193,16 @@ class Stream:
         n, kept = call.input_ids.shape[1], call.logits.shape[1]
         if kept == 0 or kept > n:
             return
-        fed = chains.attended[:, t + n - kept:]
-        if kept < n:  # logits for the last inputs only
-            nodes = chains.node[:, t + n - kept:][fed].tolist()
-        for node, chose in zip(nodes, chains.choice[fed].tolist()):
+        if chains.every:  # no mask to apply
+            choices = chains.choice.flatten().tolist()
+            if kept < n:  # logits for the last inputs only
+                nodes = chains.node[:, t + n - kept:].flatten().tolist()
+        else:
+            fed = chains.attended[:, t + n - kept:]
+            choices = chains.choice[fed].tolist()
+            if kept < n:
+                nodes = chains.node[:, t + n - kept:][fed].tolist()
+        for node, chose in zip(nodes, choices):
             self.proposed.setdefault(node, set()).add(chose)
 
 
@@ -178,7 +210,7 @@ def fed_inputs(chains) -> tuple[list, list]:
     """``(rows, [nodes, befores, tokens])``: the call's attended inputs in chain order,
     as plain lists (one transfer; no index when every row feeds every input)."""
     t, fed = chains.cached, chains.attended[:, chains.cached:]
-    every = bool(fed.all())
+    every = chains.every
     if every and chains.quad is not None:  # rank, token, before, node side by side (History._inputs)
         _rank, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
         columns = [nodes, befores, tokens]
