@@ -70,13 +70,18 @@ def kinds_of(model, name: str) -> dict:
     return kinds
 
 
-def refuse_cache(cache, name: str) -> None:
+def refuse_cache(cache, name: str, accepted: set) -> None:
     """Refuse, before the call runs, a cache whose layers do not keep one key/value
     per token in the public ``keys``/``values`` (quantized, linear-attention,
-    encoder-decoder)."""
+    encoder-decoder). ``accepted``: the caller's set of the layer-type tuples let
+    through so far (the verdict depends on nothing else)."""
     if isinstance(cache, cache_utils.EncoderDecoderCache):
         raise _refuse(name, "an EncoderDecoderCache", "watch checks decoder-only caches")
-    for i, layer in enumerate(getattr(cache, "layers", ())):
+    layers = getattr(cache, "layers", ())
+    types = tuple(map(type, layers))
+    if types in accepted:  # read once per combination
+        return
+    for i, layer in enumerate(layers):
         if isinstance(layer, cache_utils.BaseQuantizedLayer):
             raise _refuse(name, f"a {type(layer).__name__} at layer {i}", "a quantized layer keeps its "
                           "older keys/values quantized and only the newest as computed, so slots cannot be "
@@ -85,6 +90,7 @@ def refuse_cache(cache, name: str) -> None:
             raise _refuse(name, f"a {type(layer).__name__} at layer {i}", _WHY["linear_attention"])
         if not isinstance(layer, cache_utils.CacheLayerMixin):  # a DummyLayer: shared or no keys/values
             raise _refuse(name, f"a {type(layer).__name__} at layer {i}", _WHY["dummy"])
+    accepted.add(types)
 
 
 def seen(cache, layer: int = 0) -> int:

@@ -20,6 +20,8 @@ Both are memo objects the checker owns (one per ``watch``), never module state.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
 from .hf_cache import ABSENT
@@ -138,10 +140,13 @@ class LabelTable:
         differs) or :data:`AMBIGUOUS` (the token or position differs too)."""
         table, keys, values = self.labels, hashes.tolist(), list(map(tuple, labels.tolist()))
         new = dict(zip(keys, values))
-        if len(new) < len(keys):  # the same content twice in this call: compare every pair in order
-            new = {}
+        if len(new) < len(keys):  # the same content twice in these calls: those compared in order
+            twice = {h for h, k in Counter(keys).items() if k > 1}
+            for h in twice:
+                del new[h]
             for h, label in zip(keys, values):
-                self._merge(new, h, label)
+                if h in twice:
+                    self._merge(new, h, label)
         for h in table.keys() & new.keys():  # content written before: the same label, or a conflict
             self._merge(table, h, new.pop(h))
         table.update(new)

@@ -220,7 +220,7 @@ def fed_inputs(chains) -> tuple[list, list]:
             return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()
         columns = table.flatten(1).tolist()
     b, n = fed.shape
-    return [i for i in range(b) for _ in range(n)], columns
+    return sorted(list(range(b)) * n), columns  # each input's row, row-major
 
 
 class HashFilter:

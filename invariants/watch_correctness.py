@@ -63,6 +63,7 @@ class Correctness:
         self.seal = Seal()
         self._pending: dict = {}  # model -> (cache object, T) between pre-hook and hook
         self._handles: list = []
+        self.accepted: set = set()  # the cache layer-type tuples refuse_cache let through
 
     def _spent(self, start: float, cpu: float) -> None:
         """Add the time since ``start`` (wall) and ``cpu`` (process CPU) to the check's cost."""
@@ -83,8 +84,10 @@ class Correctness:
         """``"draft"`` for a target call that runs only its first layers (transformers'
         early-exit drafting, ``assistant_early_exit``: the model is its own draft,
         over a cache of its own), else ``name``."""
+        if name != "target" or "draft" in self.models:  # (a config's attribute read costs microseconds)
+            return name
         layers = getattr(getattr(module, "config", None), "num_hidden_layers", None)
-        if name != "target" or layers is None or "draft" in self.models or layers >= self.depth["target"]:
+        if layers is None or layers >= self.depth["target"]:
             return name
         if "draft" not in self.kinds:
             self.kinds["draft"] = {k: [i for i in v if i < layers] for k, v in self.kinds["target"].items()}
@@ -99,7 +102,7 @@ class Correctness:
             start, cpu = time.perf_counter(), time.process_time()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
             cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
-            refuse_cache(cache, name)  # before the call runs: one line naming the layer type and why
+            refuse_cache(cache, name, self.accepted)  # before the call runs: one line naming the layer and why
             t = CacheView.length_of(cache)
             ids = kwargs.get("input_ids", args[0] if args else None)
             windows = windows_before(self.history.hasher, self.kinds[name], cache, t,
