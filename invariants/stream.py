@@ -58,6 +58,7 @@ class Stream:
     tested: set = field(default_factory=set)  # nodes a target call was fed
     prefix: dict = field(default_factory=dict)  # rejected node -> the node before it
     reported: set = field(default_factory=set)  # rejected nodes a violation named already
+    rank: dict = field(default_factory=dict)  # rejected node -> its index in its chain (a chain hash has one)
     _rejected_filter: "HashFilter | None" = None
 
     def attended(self, chains) -> list:
@@ -83,10 +84,20 @@ class Stream:
         return chains._rejected
 
     def _among(self, chains, c: int, suspects: set) -> list:
-        """The attended slots among the first ``c`` whose node is one of ``suspects``."""
-        node = chains.node[:, :c]
-        hit = torch.isin(node, torch.tensor(sorted(suspects), dtype=torch.int64, device=node.device))
-        return (hit & chains.attended[:, :c]).nonzero().tolist()
+        """The attended slots among the first ``c`` whose node is one of ``suspects``. A node
+        is a chain hash: it can only be the element of its own index in the chain
+        (``rank``), so each row is read at that element alone, found by bisection
+        (ranks never fall along a row): the work grows with the suspects, not with
+        ``c``. A window's chains (ranks are positions there) are searched whole."""
+        node, att = chains.node[:, :c], chains.attended[:, :c]
+        found = torch.tensor(sorted(suspects), dtype=torch.int64, device=node.device)
+        if chains.window or not all(h in self.rank for h in suspects):  # a window's rejection: no index known
+            return [(i, s) for i, s in (torch.isin(node, found) & att).nonzero().tolist()]
+        rank = chains.rank[:, :c].contiguous()
+        at = torch.tensor([self.rank[h] for h in found.tolist()], dtype=torch.int64, device=node.device)
+        slot = torch.searchsorted(rank, at.expand(rank.shape[0], -1).contiguous()).clamp(max=c - 1)  # [B, k]
+        hit = (node.gather(1, slot) == found) & att.gather(1, slot)
+        return sorted((i, int(slot[i, k])) for i, k in hit.nonzero().tolist())
 
     def _lookup(self, chains, a: int, b: int) -> list:
         """The attended slots ``a .. b-1`` whose node was rejected: a few looked up in the
@@ -135,20 +146,20 @@ class Stream:
         order (the draft's own choices first, for ``odd``), then note which
         rejected nodes it attended from its cache."""
         number, call, t = chains.number, chains.call, chains.cached
-        rows, (nodes, befores, tokens) = fed_inputs(chains)
+        rows, (nodes, befores, tokens, ranks) = fed_inputs(chains)
         chains._fed = nodes  # the next call's look-up of rejected slots reads them (attended)
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
             self._proposals(chains, nodes)
         continuing = None  # [B]: rows that attend their cache, read when first needed
-        for i, node, before, token in zip(rows, nodes, befores, tokens):
+        for i, node, before, token, rank in zip(rows, nodes, befores, tokens, ranks):
             chose = chosen.get(before, {})
             if token not in chose and token not in self.proposed.get(before, ()):
                 self.odd.setdefault(node, number)
             if token in self.eos:
                 continue
             if before in self.grounded and chose and token not in chose:
-                self._reject(node, min(chose.values()), number, before)
+                self._reject(node, min(chose.values()), number, before, None if chains.window else rank)
             elif node in self.rejected:
                 continue
             elif before in self.grounded:
@@ -175,7 +186,9 @@ class Stream:
             for node in chains.node[at[:, 0], at[:, 1]].tolist():
                 self.seen.setdefault(node, chains.number)
 
-    def _reject(self, node: int, chose: int, number: int, before: int) -> None:
+    def _reject(self, node: int, chose: int, number: int, before: int, rank: int | None) -> None:
+        if rank is not None:
+            self.rank.setdefault(node, rank)
         if node not in self.rejected:
             self.order.append(node)
             if self._rejected_filter is not None:
@@ -207,15 +220,16 @@ class Stream:
 
 
 def fed_inputs(chains) -> tuple[list, list]:
-    """``(rows, [nodes, befores, tokens])``: the call's attended inputs in chain order,
-    as plain lists (one transfer; no index when every row feeds every input)."""
+    """``(rows, [nodes, befores, tokens, ranks])``: the call's attended inputs in chain
+    order, as plain lists (one transfer; no index when every row feeds every input)."""
     t, fed = chains.cached, chains.attended[:, chains.cached:]
     every = chains.every
     if every and chains.quad is not None:  # rank, token, before, node side by side (History._inputs)
-        _rank, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
-        columns = [nodes, befores, tokens]
+        ranks, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
+        columns = [nodes, befores, tokens, ranks]
     else:
-        table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node)])
+        table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node),
+                             chains.rank[:, t:]])
         if not every:
             return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()
         columns = table.flatten(1).tolist()

@@ -31,3 +31,33 @@ def test_rejected_slots_found_alike_by_dict_and_by_filter(few, monkeypatch):
     rejected draft is caught at the same call with the same cause."""
     monkeypatch.setattr(stream, "FEW", few)
     check_catch("stale", "right_holes")
+
+
+def test_rejected_nodes_found_at_their_index_alike_by_bisection_and_by_search():
+    """``Stream._among`` reads each row only at the element of a suspect node's own index
+    (a chain hash has one); on chains with left pads, holes and rows that attend
+    nothing, it finds exactly the attended slots a search of every slot finds."""
+    from types import SimpleNamespace
+
+    from batchspec.invariants.stream import Stream
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        b, t = 1 + trial % 4, 1 + trial % 23
+        att = torch.rand((b, t), generator=g) < 0.7
+        att[:, : int(torch.randint(0, t, (1,), generator=g))] = False  # left pads
+        rank = att.cumsum(1) - 1
+        token = torch.randint(0, 5, (b, t), generator=g)
+        weight = torch.randint(1, 2**40, (t,), generator=g) * 2 + 1
+        node = ((token + 1) * weight[rank.clamp(min=0)] * att).cumsum(1)  # unattended slots repeat the last node
+        chains = SimpleNamespace(node=node, attended=att, rank=rank, window=0)
+        memo = Stream()
+        elements = [(i, s) for i in range(b) for s in range(t) if att[i, s]]
+        picked = [elements[k] for k in torch.randperm(len(elements), generator=g)[:3].tolist()] if elements else []
+        suspects = {int(node[i, s]) for i, s in picked} | {12345 + trial}  # and one held nowhere
+        memo.rank.update({int(node[i, s]): int(rank[i, s]) for i, s in picked})
+        memo.rank[12345 + trial] = trial % 7
+        expected = sorted((i, s) for i, s in elements if int(node[i, s]) in suspects)
+        assert memo._among(chains, t, suspects) == expected
+        chains.window = 4  # a window's chains: searched whole, the same answer
+        assert memo._among(chains, t, suspects) == expected
