@@ -78,19 +78,19 @@ def _chain(chains: Chains) -> list[Violation]:
         return []  # the common case: the checked chain, extended by inputs fed at their indices
     fed = positions == rank[:, t:]  # [B, n]
     hidden = ~att[:, t:] & (rank[:, t:] >= 0)  # inputs masked out after the chain began
-    if chains.checked == t:  # the context is the previous call's chain, checked then
-        if bool((fed | ~att[:, t:]).all()) and not bool(hidden.any()):
-            return []
-        held = torch.ones_like(att[:, :t])
-    else:
-        label = chains.context
+    c = chains.checked  # the first ``c`` cached slots: the previous call's chain there, checked then
+    if c == t and bool((fed | ~att[:, t:]).all()) and not bool(hidden.any()):
+        return []
+    held = att[:, :0]
+    if c < t:  # (a context not read yet stays unread when every cached slot was checked)
+        label = chains.context[:, c:]
         flag = label[..., 3]
-        held = (label[..., 1] == rank[:, :t]) & (flag <= BLIND) & (
-            (label[..., 2] == chains.before[:, :t]) | (flag == BLIND))  # [B, T]
-        held[:, :chains.checked] = True  # the previous call's chain there, checked then
-    bad = att & ~torch.cat([held, fed], 1)
+        held = (label[..., 1] == rank[:, c:t]) & (flag <= BLIND) & (
+            (label[..., 2] == chains.before[:, c:t]) | (flag == BLIND))  # [B, T - c]
+    bad = att[:, c:] & ~torch.cat([held, fed], 1)  # [B, T + n - c]
     out = []
     if bool(bad.any()):
+        bad = torch.cat([bad.new_zeros((bad.shape[0], c)), bad], 1)
         _confirm(chains, bad)
         for i in bad.any(1).nonzero().flatten().tolist():
             s = int(bad[i].nonzero()[0])
@@ -176,20 +176,19 @@ def _detours(chains: Chains) -> list[Violation]:
     target's own choice continuing its chain (same prefix, same position) and
     goes on with another token there. Rejected drafts kept as holes are not
     the target's choice; a committed token hidden by its mask is."""
-    t, att, label = chains.cached, chains.attended, chains.context
-    hidden = ~att[:, :t] & (chains.rank[:, :t] >= 0) & (label[..., 3] == WRITTEN)  # [B, T]: holes after the chain began
-    hidden[:, :chains.checked] = False  # (before ``checked``: the previous call's holes, looked at then)
+    t, c, att = chains.cached, chains.checked, chains.attended
+    label = chains.context[:, c:]  # (before ``checked``: the previous call's holes, looked at then)
+    hidden = ~att[:, c:t] & (chains.rank[:, c:t] >= 0) & (label[..., 3] == WRITTEN)  # [B, T - c]: holes in the chain
     if not bool(hidden.any()):
         return []
-    b, width = att.shape
-    where = torch.where(att, chains.rank, width)  # each attended element's rank; the rest to a spare column
-    at_rank = torch.zeros((b, width + 1), dtype=torch.int64, device=att.device)
-    before = at_rank.scatter(1, where, chains.before)  # [B, W + 1]: the chain before rank r
-    token = at_rank.scatter(1, where, chains.token)
-    pos = label[..., 1].clamp(0, width)  # [B, T]
-    has = pos < att.sum(1, keepdim=True)  # the row's chain has an element at that rank (ranks 0 .. count-1)
-    diverts = hidden & has & (before.gather(1, pos) == label[..., 2]) & (
-        token.gather(1, pos) != label[..., 0])
+    # the row's element at each label's position (its rank): ranks never fall along a row, and the first slot
+    # that reaches a rank holds that element, found by bisection; none when the chain is shorter
+    rank = chains.rank.contiguous()
+    pos = label[..., 1].clamp(min=0)
+    at = torch.searchsorted(rank, pos.contiguous()).clamp(max=rank.shape[1] - 1)  # [B, T - c]
+    has = rank.gather(1, at) == pos
+    diverts = hidden & has & (chains.before.gather(1, at) == label[..., 2]) & (
+        chains.token.gather(1, at) != label[..., 0])
     out, seen = [], set()
     # a few per call (per row, the first rejected draft of each round kept as a hole): read as lists at once
     for (i, s), (x, j, prefix, _flag) in zip(diverts.nonzero().tolist(), label[diverts].tolist()):
@@ -197,7 +196,7 @@ def _detours(chains: Chains) -> list[Violation]:
         if i in seen or x not in chose:
             continue  # a rejected draft left as a hole: not the target's choice
         seen.add(i)
-        instead = int(token[i, j])
+        instead, s = int(chains.token[i, at[i, s]]), s + c
         detail = (f"row {i} masks out slot {s}, which holds token {x} at position {j}: the target's own choice "
                   f"(call #{chose[x]}) after the prefix the row attends, and goes on with token {instead} at "
                   f"position {j} instead: the mask hides a committed token {_mask_cause(chains, x)}")
