@@ -104,10 +104,11 @@ class History:
                 and (same_view(held, before.hashes[:, :t]) or torch.equal(held, before.hashes[:, :t]))
             if same and torch.equal(attended[:, :t], before.attended[:, :t]):
                 return self._inputs(call, attended, before, t)
-            moved = self._moved(call, attended, before, held)
+        rank, checked, marks = attended.cumsum(1) - 1, 0, None
+        if t and before is not None:
+            moved = self._moved(call, attended, before, held, rank)
             if moved is not None:
                 return moved
-        rank, checked, marks = attended.cumsum(1) - 1, 0, None
         if same:  # only the mask changed (holes): the slots' labels are the previous call's, unchecked
             context = before.labels()[:, :t]
             # up to the first slot whose mask changed, the chain is the previous call's, checked then
@@ -133,14 +134,16 @@ class History:
             return None
         return before._rejected, upto, before._marked, before._fed
 
-    def _moved(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", held: torch.Tensor):
+    def _moved(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", held: torch.Tensor,
+               ranks: torch.Tensor):
         """The chains of a call whose rows attend, with no hole, a prefix of what they
         attended at this model's previous call, wherever the slots now sit (a
         realignment, a crop, a rebuilt cache): that chain was checked then, and
-        its labels are carried by rank. None when some row attends anything else."""
+        its labels are carried by rank. None when some row attends anything else.
+        ``ranks`` ``[B, T + n]``: ``attended.cumsum(1) - 1``."""
         t, b = held.shape[1], held.shape[0]
         att = attended[:, :t]
-        rank = att.cumsum(1) - 1  # [B, T]
+        rank = ranks[:, :t]  # [B, T]
         if bool((~att & (rank >= 0)).any()):
             return None  # a hole after the chain began: the full check (C1's hidden slots)
         width, previous = before.hashes.shape[1], before.hashes.shape[0]
@@ -151,7 +154,7 @@ class History:
         if rows is None or not (checked or bool(((by_rank[rows].gather(1, at) == held) | ~att).all())):
             return None
         tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)[rows]
-        rank = torch.cat([rank, rank[:, -1:] + attended[:, t:].cumsum(1)], 1)
+        rank = ranks
         token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
         contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
         node = contrib.cumsum(1)
