@@ -143,20 +143,21 @@ class Moved:
     chain elements, by rank, of the row each row continues. ``slot`` ``[B', W]``:
     each previous element's rank (the rest to a spare column ``W``); ``at`` ``[B, T]``:
     each cached slot's rank; ``attended`` ``[B, T]``; ``rows`` ``[B]``: the previous
-    row each row continues."""
+    row each row continues (None: its own)."""
 
     previous: Chains
     slot: torch.Tensor
     at: torch.Tensor
     attended: torch.Tensor
-    rows: torch.Tensor
+    rows: torch.Tensor | None
 
     def labels(self) -> torch.Tensor:
         """``[B, T, 4]`` the labels of the cached slots, unattended ones unread."""
         every = self.previous.labels()
         b, width = self.slot.shape
         labels = every.new_full((b, width + 1, 4), -1).scatter(1, self.slot[..., None].expand(-1, -1, 4), every)
-        labels = labels[self.rows]
+        if self.rows is not None:
+            labels = labels[self.rows]
         return torch.where(self.attended[..., None], labels.gather(1, self.at[..., None].expand(-1, -1, 4)),
                            UNREAD.to(every))
 

@@ -151,9 +151,11 @@ class History:
         by_rank = held.new_full((previous, width + 1), -1).scatter(1, slot, before.hashes)  # [B', W + 1]
         at = rank.clamp(0, width)
         rows, checked = self._rows(by_rank, held, att, at)
-        if rows is None or not (checked or bool(((by_rank[rows].gather(1, at) == held) | ~att).all())):
+        if not checked and (rows is None or not bool(((by_rank[rows].gather(1, at) == held) | ~att).all())):
             return None
-        tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)[rows]
+        tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)
+        if not checked:  # (a batch that kept its rows: each continues itself, no index)
+            tokens = tokens[rows]
         rank = ranks
         token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
         contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
@@ -166,12 +168,12 @@ class History:
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
         """Which row of the previous call each row continues: itself when the batch kept
         its rows; else the row whose chain holds, at this row's last attended rank,
-        this row's last attended slot (a last layer's value sees the whole prefix).
-        None when some row continues none. Also says whether the rows were already
-        compared in full (the batch kept its rows)."""
+        this row's last attended slot (a last layer's value sees the whole prefix):
+        ``(rows [B], False)``; ``(None, True)`` when the batch kept its rows (compared
+        in full here); ``(None, False)`` when some row continues none."""
         b = held.shape[0]
         if by_rank.shape[0] == b and bool(((by_rank.gather(1, at) == held) | ~att).all()):
-            return torch.arange(b, device=held.device), True
+            return None, True
         last = torch.where(att, at, -1).max(1).values  # [B] the last attended rank (-1: none)
         key = held.gather(1, torch.where(att, torch.arange(att.shape[1], device=att.device), -1).max(1, keepdim=True)
                           .values.clamp(min=0))[:, 0]  # [B] the content of each row's last attended slot
@@ -205,7 +207,9 @@ class History:
         quad = cols[0].append(prefix, torch.stack([rank_in, ids.to(rank_in), node_in - contrib, node_in], -1))
         chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
                         _marks=self._marks(before, t), quad=quad, _every=every, extends=before.node)
-        chains._labels = cols[1].append(head(before.labels(), t), chains.written())
+        if before._labels is None:  # (built now into this model's column: this call's labels then append in place)
+            before._labels = cols[1].append(before.context, before.written())
+        chains._labels = cols[1].append(head(before._labels, t), chains.written())
         chains._context = chains._labels[:, :t]
         return chains
 
