@@ -170,15 +170,18 @@ class Seal:
         if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
             return column_hashes(hasher, cache, layers, 0, t + n)
         self.held = True  # every column read from a slot that holds it: none ABSENT
-        words = hasher.words(keys[:, :, :t + n]), hasher.words(values[:, :, :t + n])  # [B, T + n, w] each
+        words = hasher.words(keys, t + n), hasher.words(values, t + n)  # [B, T + n, w] each
         w = words[0].shape[2]
         if kept is None:
             kept = (Columns(), Columns(), None)
         views = kept[2]  # the views kept after the last call: (words [B, W, 2w], keys' then values', hashes)
         c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[1].shape[1], t)
         # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
-        if not (c and views[0].shape[2] == w + words[1].shape[2] and torch.equal(words[0][:, :c], views[0][:, :c, :w])
-                and torch.equal(words[1][:, :c], views[0][:, :c, w:])):
+        if c and views[0].shape[2] == w + words[1].shape[2]:
+            was = head(views[0], c)
+            if not (torch.equal(words[0][:, :c], was[..., :w]) and torch.equal(words[1][:, :c], was[..., w:])):
+                c = 0
+        else:
             c = 0
         bits = torch.cat([words[0][:, c:], words[1][:, c:]], -1)  # [B, T + n - c, 2w]: the columns to hash
         fresh = hasher.word_hashes(bits)

@@ -95,10 +95,10 @@ class Hasher:
         return (bits * self.weights(bits.shape[-1], bits.device)).sum(-1)  # [B, S], wraps
 
     @staticmethod
-    def words(x: torch.Tensor) -> torch.Tensor:
+    def words(x: torch.Tensor, stop: int | None = None) -> torch.Tensor:
         """``[B, S, w]`` int64: the bits :meth:`pair_hashes` reads of ``x`` ``[B, H, S, D]``
-        (kv-head 0, the first :data:`DIMS` dimensions), exactly."""
-        return _words(x[:, 0, :, :min(x.shape[-1], DIMS)])
+        (kv-head 0, the first :data:`DIMS` dimensions; slots up to ``stop``), exactly."""
+        return _words(x[:, 0, :stop, :DIMS])
 
     def chain_weights(self, n: int, device) -> torch.Tensor:
         """``R[0 .. n-1]``: a chain ``x_0 .. x_{j-1}`` has hash ``Σ (x_l + 1) R[l]``
