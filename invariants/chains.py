@@ -7,9 +7,7 @@ its label says and the hash of the chain before it. A call that appended to
 the previous call's cache has its labels built at once, appended to the
 previous call's (:class:`~batchspec.invariants.columns.Columns`); a call whose
 rows attend what the previous call's rows attended, wherever the slots now
-sit, has them built when first read, from a :data:`Source`: :class:`Moved` (by rank, from
-the previous call's), or :class:`Looked` (from the label table, once a run of lazy
-contexts is cut).
+sit, has them built when first read, from a :data:`Source`, :class:`Moved`.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from .slots import PADDING, UNWRITTEN, WRITTEN
 
 if TYPE_CHECKING:
     from .history import History
-    from .slots import LabelTable
 
 
 UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
@@ -162,26 +159,5 @@ class Moved:
                            UNREAD.to(every))
 
 
-@dataclass(frozen=True)
-class Looked:
-    """The context of a call cut from the lazy contexts before it (History._bounded):
-    its attended cached slots' labels looked up in the label table by content hash
-    (``hashes`` ``[B, T]``), unattended ones unread. The table holds every label a
-    watched call wrote, merged where content was written twice; a carried label
-    is one writer's (either is confirmed against the table before a violation is
-    reported)."""
-
-    hashes: torch.Tensor
-    attended: torch.Tensor
-    table: "LabelTable"
-
-    def labels(self) -> torch.Tensor:
-        """``[B, T, 4]`` the labels of the cached slots, unattended ones unread."""
-        label = UNREAD.to(self.hashes.device).expand(*self.hashes.shape, 4).clone()
-        if bool(self.attended.any()):
-            label[self.attended] = self.table.lookup(self.hashes[self.attended])
-        return label
-
-
 #: Where a call's context labels come from.
-Source = Moved | Looked
+Source = Moved

@@ -27,7 +27,7 @@ import torch
 
 from ._util import on
 from .calllog import CallLog
-from .chains import UNREAD, DEPTH, Chains, Looked, Moved
+from .chains import UNREAD, DEPTH, Chains, Moved
 from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
@@ -213,15 +213,13 @@ class History:
         chains._context = chains._labels[:, :t]
         return chains
 
-    def _bounded(self, before: Chains) -> int:
+    @staticmethod
+    def _bounded(before: Chains) -> int:
         """The depth of a call whose context is read from ``before``'s; every
-        :data:`DEPTH` calls ``before``'s lazy context is cut from the calls before
-        it, to be read from the label table if it is ever read (:class:`Looked`),
-        so that no chain of lazy contexts (and of Chains kept alive by it) grows
-        with the run, and none is built that nothing reads."""
-        if before.depth + 1 >= DEPTH and before.source is not None:
-            t = before.cached
-            before.source, before.depth = Looked(before.hashes[:, :t], before.attended[:, :t], self.labels), 0
+        :data:`DEPTH` calls ``before``'s labels are built now, so that no chain of
+        lazy contexts (and of Chains kept alive by it) grows with the run."""
+        if before.depth + 1 >= DEPTH:
+            before.labels()
         return before.depth + 1
 
     def _context(self, model: str, hashes: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
