@@ -16,19 +16,25 @@ from .columns import same_view
 
 
 class CallLog:
-    """Per call ``(number, model, node [B, T + n], attended [B, T + n], n)``, stored by difference."""
+    """Per call ``(number, model, node [B, T + n], attended [B, T + n], n)``, stored by difference
+    (a realigned call: by each row's length, :func:`_carried`)."""
 
     def __init__(self):
         self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n)
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
-               extends: torch.Tensor | None = None) -> None:
+               extends: torch.Tensor | None = None, moved: tuple | None = None) -> None:
         """``extends``: the node of the call this one's first ``T`` columns are known to
-        repeat, attended alike (none to compare when it is this model's last logged call)."""
+        repeat, attended alike (none to compare when it is this model's last logged call).
+        ``moved``: ``(node, rows)`` of the call whose chains this one's rows continue by
+        rank, each attending a run of its cached slots that ends at slot ``T - 1``
+        (History._moved): kept as each row's length, not as its columns."""
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
-        if last is not None and t and last[0] is extends and extends.shape[1] == t:
+        if last is not None and t and moved is not None and last[0] is moved[0]:
+            kept = (moved[1], attended[:, :t].sum(1), t)
+        elif last is not None and t and last[0] is extends and extends.shape[1] == t:
             kept = t
         elif last is not None and t and last[0].shape[0] == node.shape[0]:
             w = min(t, last[0].shape[1])
@@ -38,8 +44,9 @@ class CallLog:
             else:  # kept up to the first column that differs (a mask that changed after a round: holes)
                 differs = ((node[:, :w] != last[0][:, :w]) | (attended[:, :w] != last[1][:, :w])).any(0)
                 kept = int(differs.long().argmax())
-        self._entries.append((number, model, kept, node[:, kept:].clone() if kept else node,
-                              attended[:, kept:].clone() if kept else attended, n))
+        start = t if isinstance(kept, tuple) else kept
+        self._entries.append((number, model, kept, node[:, start:].clone() if start else node,
+                              attended[:, start:].clone() if start else attended, n))
         self._last[model] = (node, attended)
 
     def __len__(self) -> int:
@@ -48,9 +55,27 @@ class CallLog:
     def __iter__(self):
         built: dict = {}  # model -> (node, attended) of its last call, rebuilt
         for number, model, kept, node, attended, n in self._entries:
-            if kept:
+            if isinstance(kept, tuple):
+                node, attended = _carried(*built[model], *kept, node, attended)
+            elif kept:
                 node_before, attended_before = built[model]
                 node = torch.cat([node_before[:, :kept], node], 1)
                 attended = torch.cat([attended_before[:, :kept], attended], 1)
             built[model] = (node, attended)
             yield number, model, node, attended, n
+
+
+def _carried(node_before: torch.Tensor, attended_before: torch.Tensor, rows, counts: torch.Tensor, t: int,
+             node: torch.Tensor, attended: torch.Tensor) -> tuple:
+    """A realigned call's ``(node, attended)`` ``[B, T + n]``: row ``i`` attends the first
+    ``counts[i]`` elements of the previous call's row ``rows[i]`` (its own when None),
+    in slots ``T - counts[i] .. T - 1``, then its inputs (``node``, ``attended``)."""
+    b, width = node_before.shape
+    slot = torch.where(attended_before, attended_before.cumsum(1) - 1, width)  # each element's rank; the rest spare
+    by_rank = node_before.new_zeros((b, width + 1)).scatter(1, slot, node_before)
+    if rows is not None:
+        by_rank = by_rank[rows]
+    rank = torch.arange(t, device=node.device) - (t - counts[:, None])  # [B, T]: each slot's element
+    held = rank >= 0
+    cached = torch.where(held, by_rank.gather(1, rank.clamp(0, width)), 0)
+    return torch.cat([cached, node], 1), torch.cat([held, attended], 1)

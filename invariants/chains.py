@@ -71,6 +71,9 @@ class Chains:
     #: until the call is logged: the previous call's ``node`` when this call's first ``T``
     #: columns are that call's, attended alike (History._inputs): nothing to compare there
     extends: torch.Tensor | None = None
+    #: until the call is logged: ``(node, rows)`` of the previous call whose chains this one
+    #: continues by rank (History._moved), each row attending a run of cached slots ending at ``T - 1``
+    moved_from: tuple | None = None
 
     @property
     def every(self) -> bool:

@@ -162,7 +162,7 @@ class History:
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
                       source=Moved(before, slot, at, att, rows), depth=self._bounded(before),
-                      _marks=self._marks(before, t))
+                      _marks=self._marks(before, t), moved_from=(before.node, rows))
 
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
@@ -257,8 +257,8 @@ class History:
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
         self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1],
-                        chains.extends)
-        chains.extends = None
+                        chains.extends, chains.moved_from)
+        chains.extends = chains.moved_from = None
         if call.model == "target" and call.logits is not None:
             self._choices(chains)
         self.stream.remember(chains, self.chosen)

@@ -1,0 +1,44 @@
+"""The call log that C2's trace reads (Spec §3.12.3): stored by difference, read back whole."""
+
+import pytest
+import torch
+
+import _bug_decoders as bugs
+from batchspec.examples import outside_decoder as outside
+from _broken_helpers import K, N, WITH_PAD_ID, pair
+
+import batchspec
+from batchspec.invariants import watch
+from batchspec.invariants.calllog import CallLog
+
+DECODERS = {
+    "eqspec": lambda t, d: batchspec.generate(t, d, WITH_PAD_ID, num_draft_tokens=K, max_new_tokens=N,
+                                              check_invariants=False).sequences,
+    "outside": lambda t, d: outside.decode(t, d, WITH_PAD_ID, K, N),
+    **{layout: (lambda layout: lambda t, d: bugs.decode(t, d, WITH_PAD_ID, K, N, layout=layout))(layout)
+       for layout in bugs.LAYOUTS},
+}
+
+
+@pytest.mark.parametrize("decoder", sorted(DECODERS))
+def test_the_log_reads_back_every_call_as_it_was(decoder, monkeypatch):
+    """Each call's chain hashes and mask, read back from the log, are the ones the
+    call had: whether it appended to its model's previous call, changed its mask
+    (holes), or realigned its rows (kept as each row's length)."""
+    seen, append = [], CallLog.append
+
+    def spy(self, number, model, node, attended, n, *hints):
+        seen.append((number, model, node.clone(), attended.clone(), n, bool(hints and hints[-1] is not None)))
+        append(self, number, model, node, attended, n, *hints)
+
+    monkeypatch.setattr(CallLog, "append", spy)
+    target, draft = pair("qwen3")
+    with watch(target=target, draft=draft) as w:
+        DECODERS[decoder](target, draft)
+    logged = list(w.history.log)
+    assert len(logged) == len(seen) == w.calls
+    for (number, model, node, attended, n), (number2, model2, node2, attended2, n2, _) in zip(logged, seen):
+        assert (number, model, n) == (number2, model2, n2)
+        assert torch.equal(node, node2) and torch.equal(attended, attended2), (decoder, number)
+    if decoder in ("eqspec", "outside", "repad"):  # decoders that realign: some calls kept by length
+        assert any(moved for *_, moved in seen)
