@@ -20,7 +20,8 @@ class CallLog:
     (a realigned call: by each row's length, :func:`_carried`)."""
 
     def __init__(self):
-        self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n)
+        self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n); a realigned
+        # call: kept = (rows, counts, T), and its columns from T on
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
