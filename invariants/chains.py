@@ -103,6 +103,21 @@ class Chains:
             self._choice = self.call.logits.argmax(-1).to(self.token.device)
         return self._choice
 
+    def choices(self) -> tuple[list, list] | None:
+        """``(nodes, choices)`` as lists, row-major: after every attended input the logits
+        cover (the last ``kept``, for a call that trims its logits), its node and the
+        call's greedy choice there. None when the logits cover no input or more than
+        the call fed."""
+        t, n, kept = self.cached, self.call.input_ids.shape[1], self.call.logits.shape[1]
+        if kept == 0 or kept > n:
+            return None
+        node = self.node[:, t + n - kept:]  # [B, kept]
+        if self.every:  # no mask to apply; every input's node read already when the memo listed them
+            nodes = self._fed if kept == n and self._fed is not None else node.flatten().tolist()
+            return nodes, self.choice.flatten().tolist()
+        fed = self.attended[:, t + n - kept:]
+        return node[fed].tolist(), self.choice[fed].tolist()
+
     def written(self) -> torch.Tensor:
         """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what
         (built once: the call's labels and the label table both read them)."""

@@ -46,12 +46,11 @@ class Columns:
         """``prefix`` ``[B, T, ...]`` then ``new`` ``[B, n, ...]``, as a view ``[B, T + n, ...]``."""
         t, n = prefix.shape[1], new.shape[1]
         buffer = self._buffer
-        if prefix is self._view and t + n <= buffer.shape[1] and new.shape[0] == buffer.shape[0] \
-                and new.dtype == buffer.dtype and new.shape[2:] == buffer.shape[2:] and new.device == buffer.device:
-            pass  # the newest view itself, whole: nothing of it to compare
-        elif buffer is None or t != self._width or t + n > buffer.shape[1] or new.shape[0] != buffer.shape[0] \
-                or new.shape[2:] != buffer.shape[2:] or new.dtype != buffer.dtype or new.device != buffer.device \
-                or not (t == 0 or same_view(prefix, buffer[:, :t])):
+        fits = buffer is not None and t == self._width and t + n <= buffer.shape[1] \
+            and new.shape[0] == buffer.shape[0] and new.shape[2:] == buffer.shape[2:] and new.dtype == buffer.dtype \
+            and new.device == buffer.device
+        # the newest view itself (known by identity, or compared), whole: the new columns go after it
+        if not (fits and (prefix is self._view or t == 0 or same_view(prefix, buffer[:, :t]))):
             buffer = torch.empty((new.shape[0], t + n + LEAST, *new.shape[2:]), dtype=new.dtype,
                                  device=new.device)
             buffer[:, :t] = prefix

@@ -177,11 +177,9 @@ class Seal:
         views = kept[2]  # the views kept after the last call: (words [B, W, 2w], keys' then values', hashes)
         c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[1].shape[1], t)
         # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
-        if c and views[0].shape[2] == w + words[1].shape[2]:
-            was = head(views[0], c)
-            if not (torch.equal(words[0][:, :c], was[..., :w]) and torch.equal(words[1][:, :c], was[..., w:])):
-                c = 0
-        else:
+        was = head(views[0], c) if c and views[0].shape[2] == w + words[1].shape[2] else None
+        if was is None or not (torch.equal(words[0][:, :c], was[..., :w])
+                               and torch.equal(words[1][:, :c], was[..., w:])):
             c = 0
         bits = torch.cat([words[0][:, c:], words[1][:, c:]], -1)  # [B, T + n - c, 2w]: the columns to hash
         fresh = hasher.word_hashes(bits)

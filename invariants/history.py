@@ -154,13 +154,12 @@ class History:
         if not checked and (rows is None or not bool(((by_rank[rows].gather(1, at) == held) | ~att).all())):
             return None
         tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)
-        if not checked:  # (a batch that kept its rows: each continues itself, no index)
+        if rows is not None:  # (None: the batch kept its rows, each continues itself)
             tokens = tokens[rows]
-        rank = ranks
         token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
-        contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[rank.clamp(min=0)] * attended
+        contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[ranks.clamp(min=0)] * attended
         node = contrib.cumsum(1)
-        return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=t,
+        return Chains(self.calls, call, attended, ranks, token, node - contrib, node, self, checked=t,
                       source=Moved(before, slot, at, att, rows), depth=self._bounded(before),
                       _marks=self._marks(before, t), moved_from=(before.node, rows))
 
@@ -191,12 +190,9 @@ class History:
         ids, fed = call.input_ids, attended[:, t:]
         every = bool(fed.all())
         weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
-        if every:  # the common case: ranks go on one by one from the previous call's
-            rank_in = before.rank[:, t - 1: t] + (1 if ids.shape[1] == 1 else fed.cumsum(1))  # [B, n]
-            contrib = (ids + 1) * weights[rank_in]
-        else:
-            rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
-            contrib = (ids + 1) * weights[rank_in.clamp(min=0)] * fed
+        rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
+        # every input attended (the common case): every rank is an element's, nothing to mask
+        contrib = (ids + 1) * weights[rank_in] if every else (ids + 1) * weights[rank_in.clamp(min=0)] * fed
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
         cols = self.columns.get(call.model)
         if cols is None:
@@ -266,15 +262,6 @@ class History:
     def _choices(self, chains: Chains) -> None:
         """Record the target's next-token choice after every input its logits cover
         (the last ``kept`` inputs, for a call that trims its logits)."""
-        call, t = chains.call, chains.cached
-        n, kept = call.input_ids.shape[1], call.logits.shape[1]
-        if kept == 0 or kept > n:
-            return
-        choice, node = chains.choice, chains.node[:, t + n - kept:]  # [B, kept] each
-        if chains.every:
-            nodes, choices = node.flatten().tolist(), choice.flatten().tolist()
-        else:
-            fed = chains.attended[:, t + n - kept:]
-            nodes, choices = node[fed].tolist(), choice[fed].tolist()
-        for node, chose in zip(nodes, choices):
+        covered = chains.choices()
+        for node, chose in zip(*covered) if covered else ():
             self.chosen.setdefault(node, {}).setdefault(chose, chains.number)

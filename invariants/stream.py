@@ -89,12 +89,12 @@ class Stream:
         (``rank``), so each row is read at that element alone, found by bisection
         (ranks never fall along a row): the work grows with the suspects, not with
         ``c``. A window's chains (ranks are positions there) are searched whole."""
-        node, att = chains.node[:, :c], chains.attended[:, :c]
-        found = torch.tensor(sorted(suspects), dtype=torch.int64, device=node.device)
-        if chains.window or not all(h in self.rank for h in suspects):  # a window's rejection: no index known
+        node, att, ordered = chains.node[:, :c], chains.attended[:, :c], sorted(suspects)
+        found = torch.tensor(ordered, dtype=torch.int64, device=node.device)
+        if chains.window or not all(h in self.rank for h in ordered):  # a window's rejection: no index known
             return [(i, s) for i, s in (torch.isin(node, found) & att).nonzero().tolist()]
         rank = chains.rank[:, :c].contiguous()
-        at = torch.tensor([self.rank[h] for h in found.tolist()], dtype=torch.int64, device=node.device)
+        at = torch.tensor([self.rank[h] for h in ordered], dtype=torch.int64, device=node.device)
         slot = torch.searchsorted(rank, at.expand(rank.shape[0], -1).contiguous()).clamp(max=c - 1)  # [B, k]
         hit = (node.gather(1, slot) == found) & att.gather(1, slot)
         return sorted((i, int(slot[i, k])) for i, k in hit.nonzero().tolist())
@@ -150,7 +150,7 @@ class Stream:
         chains._fed = nodes  # the next call's look-up of rejected slots reads them (attended)
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
-            self._proposals(chains, nodes)
+            self._proposals(chains)
         continuing = None  # [B]: rows that attend their cache, read when first needed
         for i, node, before, token, rank in zip(rows, nodes, befores, tokens, ranks):
             chose = chosen.get(before, {})
@@ -199,23 +199,10 @@ class Stream:
         if number > self.rejected[node]:
             self.late.setdefault(node, number)
 
-    def _proposals(self, chains, nodes: list) -> None:
-        """Note the draft's choice after every attended input its logits cover (``nodes``:
-        the call's attended inputs' nodes, :func:`fed_inputs`, in the same row-major order)."""
-        call, t = chains.call, chains.cached
-        n, kept = call.input_ids.shape[1], call.logits.shape[1]
-        if kept == 0 or kept > n:
-            return
-        if chains.every:  # no mask to apply
-            choices = chains.choice.flatten().tolist()
-            if kept < n:  # logits for the last inputs only
-                nodes = chains.node[:, t + n - kept:].flatten().tolist()
-        else:
-            fed = chains.attended[:, t + n - kept:]
-            choices = chains.choice[fed].tolist()
-            if kept < n:
-                nodes = chains.node[:, t + n - kept:][fed].tolist()
-        for node, chose in zip(nodes, choices):
+    def _proposals(self, chains) -> None:
+        """Note the draft's choice after every attended input its logits cover."""
+        covered = chains.choices()
+        for node, chose in zip(*covered) if covered else ():
             self.proposed.setdefault(node, set()).add(chose)
 
 
