@@ -133,7 +133,8 @@ def windows_before(hasher, kinds: dict, cache, t: int, n: int) -> list:
             continue
         w = kind[1]
         offset = int(cache.get_mask_sizes(n, layers[0])[1]) if cache is not None and t else 0
-        held = column_hashes(hasher, cache, layers, max(t - w + 1, 0), t) if t else None
+        with torch.inference_mode():  # (see Correctness._after)
+            held = column_hashes(hasher, cache, layers, max(t - w + 1, 0), t) if t else None
         out.append((w, layers, offset, held))
     return out
 
