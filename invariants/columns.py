@@ -41,20 +41,20 @@ class Columns:
         self._buffer: torch.Tensor | None = None
         self._width = 0  # columns of the buffer handed out so far
         self._view: torch.Tensor | None = None  # the newest view handed out
+        self._kind: tuple | None = None  # the buffer's (capacity, rows, trailing shape, dtype, device)
 
     def append(self, prefix: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
         """``prefix`` ``[B, T, ...]`` then ``new`` ``[B, n, ...]``, as a view ``[B, T + n, ...]``."""
-        t, n = prefix.shape[1], new.shape[1]
-        buffer = self._buffer
-        fits = buffer is not None and t == self._width and t + n <= buffer.shape[1] \
-            and new.shape[0] == buffer.shape[0] and new.shape[2:] == buffer.shape[2:] and new.dtype == buffer.dtype \
-            and new.device == buffer.device
+        shape = new.shape
+        t, n = prefix.shape[1], shape[1]
+        buffer, kind = self._buffer, self._kind
+        fits = buffer is not None and t == self._width and t + n <= kind[0] \
+            and kind[1:] == (shape[0], shape[2:], new.dtype, new.device)
         # the newest view itself (known by identity, or compared), whole: the new columns go after it
         if not (fits and (prefix is self._view or t == 0 or same_view(prefix, buffer[:, :t]))):
-            buffer = torch.empty((new.shape[0], t + n + LEAST, *new.shape[2:]), dtype=new.dtype,
-                                 device=new.device)
+            buffer = torch.empty((shape[0], t + n + LEAST, *shape[2:]), dtype=new.dtype, device=new.device)
             buffer[:, :t] = prefix
-            self._buffer = buffer
+            self._buffer, self._kind = buffer, (t + n + LEAST, shape[0], shape[2:], new.dtype, new.device)
         buffer[:, t: t + n] = new
         self._width = t + n
         self._view = buffer[:, : t + n]

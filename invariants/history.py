@@ -144,14 +144,14 @@ class History:
         t, b = held.shape[1], held.shape[0]
         att = attended[:, :t]
         rank = ranks[:, :t]  # [B, T]
-        if bool((~att & (rank >= 0)).any()):
+        if not torch.equal(rank >= 0, att):  # (rank >= 0: the chain has begun at or before the slot)
             return None  # a hole after the chain began: the full check (C1's hidden slots)
         width, previous = before.hashes.shape[1], before.hashes.shape[0]
         slot = torch.where(before.attended, before.rank, width)  # [B', W]: each element's rank, the rest to a spare
         by_rank = held.new_full((previous, width + 1), -1).scatter(1, slot, before.hashes)  # [B', W + 1]
         at = rank.clamp(0, width)
         rows, checked = self._rows(by_rank, held, att, at)
-        if not checked and (rows is None or not bool(((by_rank[rows].gather(1, at) == held) | ~att).all())):
+        if not checked and (rows is None or not _holds(by_rank[rows], at, att, held)):
             return None
         tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)
         if rows is not None:  # (None: the batch kept its rows, each continues itself)
@@ -171,7 +171,7 @@ class History:
         ``(rows [B], False)``; ``(None, True)`` when the batch kept its rows (compared
         in full here); ``(None, False)`` when some row continues none."""
         b = held.shape[0]
-        if by_rank.shape[0] == b and bool(((by_rank.gather(1, at) == held) | ~att).all()):
+        if by_rank.shape[0] == b and _holds(by_rank, at, att, held):
             return None, True
         last = torch.where(att, at, -1).max(1).values  # [B] the last attended rank (-1: none)
         key = held.gather(1, torch.where(att, torch.arange(att.shape[1], device=att.device), -1).max(1, keepdim=True)
@@ -265,3 +265,9 @@ class History:
         covered = chains.choices()
         for node, chose in zip(*covered) if covered else ():
             self.chosen.setdefault(node, {}).setdefault(chose, chains.number)
+
+
+def _holds(by_rank: torch.Tensor, at: torch.Tensor, att: torch.Tensor, held: torch.Tensor) -> bool:
+    """Every attended slot holds the content ``by_rank`` ``[B, W + 1]`` has at its rank
+    ``at`` ``[B, T]`` (unattended slots compared with themselves)."""
+    return torch.equal(torch.where(att, by_rank.gather(1, at), held), held)

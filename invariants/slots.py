@@ -138,7 +138,7 @@ class LabelTable:
         """Remember ``hashes`` ``[M]`` with ``labels`` ``[M, 4]``; content written
         twice with different labels is flagged :data:`BLIND` (only the prefix
         differs) or :data:`AMBIGUOUS` (the token or position differs too)."""
-        table, keys, values = self.labels, hashes.tolist(), list(map(tuple, labels.tolist()))
+        table, keys, values = self.labels, hashes.tolist(), list(zip(*labels.T.tolist()))  # (tuples: one list a field)
         new = dict(zip(keys, values))
         if len(new) < len(keys):  # the same content twice in these calls: those compared in order
             twice = {h for h, k in Counter(keys).items() if k > 1}
