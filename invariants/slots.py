@@ -128,8 +128,13 @@ class LabelTable:
 
     def flush(self) -> None:
         if self.pending:
-            hashes = torch.cat([c.hashes[:, c.cached:].reshape(-1) for c in self.pending])
-            labels = torch.cat([c.written().reshape(-1, 4) for c in self.pending])
+            hashes, labels = [], []
+            for run in _runs(self.pending):  # calls over as many rows side by side: one concatenation each
+                written = torch.cat([c.hashes[:, c.cached:] for c in run], 1)  # [B, N]
+                index = _in_call_order(written.shape, [c.hashes.shape[1] - c.cached for c in run], written.device)
+                hashes.append(written.reshape(-1)[index])
+                labels.append(torch.cat([c.written() for c in run], 1).reshape(-1, 4)[index])
+            hashes, labels = torch.cat(hashes), torch.cat(labels)
             kept = hashes != ABSENT  # written, then evicted by a window in the same call: never read back
             self.add(hashes[kept], labels[kept])
         self.pending.clear()
@@ -165,3 +170,26 @@ class LabelTable:
         missing = (-1, -1, -1, UNWRITTEN)
         found = [self.labels.get(h, missing) for h in hashes.tolist()]
         return torch.tensor(found, dtype=torch.int64, device=hashes.device).view(-1, 4)
+
+
+def _in_call_order(shape: tuple, widths: list, device) -> torch.Tensor:
+    """Indices into ``[B, N]`` flattened (calls of ``widths`` columns side by side) that
+    read it call by call, each call row by row: the order the calls wrote in, so
+    that content written twice is merged first writer first (:meth:`LabelTable.add`)."""
+    b, total = shape
+    order, start = [], 0
+    for n in widths:
+        order += [r * total + start + j for r in range(b) for j in range(n)]
+        start += n
+    return torch.tensor(order, dtype=torch.int64, device=device)
+
+
+def _runs(chains: list) -> list[list]:
+    """``chains`` cut into runs of consecutive calls over the same number of rows."""
+    runs: list = []
+    for c in chains:
+        if runs and runs[-1][0].hashes.shape[0] == c.hashes.shape[0]:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
