@@ -120,7 +120,7 @@ class History:
                 torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
         token = torch.cat([context[..., 0], ids], 1)
         weights = self.hasher.chain_weights(attended.shape[1], device)
-        contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
+        contrib = (token + 1) * torch.take(weights, rank.clamp(min=0)) * attended  # (take: a 1-D gather)
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=checked,
                       _context=context, _marks=marks)
@@ -157,7 +157,8 @@ class History:
         if rows is not None:  # (None: the batch kept its rows, each continues itself)
             tokens = tokens[rows]
         token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
-        contrib = (token + 1) * self.hasher.chain_weights(token.shape[1], token.device)[ranks.clamp(min=0)] * attended
+        weights = self.hasher.chain_weights(token.shape[1], token.device)
+        contrib = (token + 1) * torch.take(weights, ranks.clamp(min=0)) * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, ranks, token, node - contrib, node, self, checked=t,
                       source=Moved(before, slot, at, att, rows), depth=self._bounded(before),
@@ -192,7 +193,8 @@ class History:
         weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
         rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
         # every input attended (the common case): every rank is an element's, nothing to mask
-        contrib = (ids + 1) * weights[rank_in] if every else (ids + 1) * weights[rank_in.clamp(min=0)] * fed
+        contrib = (ids + 1) * torch.take(weights, rank_in) if every else \
+            (ids + 1) * torch.take(weights, rank_in.clamp(min=0)) * fed
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
         cols = self.columns.get(call.model)
         if cols is None:

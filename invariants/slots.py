@@ -176,12 +176,11 @@ def _in_call_order(shape: tuple, widths: list, device) -> torch.Tensor:
     """Indices into ``[B, N]`` flattened (calls of ``widths`` columns side by side) that
     read it call by call, each call row by row: the order the calls wrote in, so
     that content written twice is merged first writer first (:meth:`LabelTable.add`)."""
-    b, total = shape
-    order, start = [], 0
-    for n in widths:
-        order += [r * total + start + j for r in range(b) for j in range(n)]
-        start += n
-    return torch.tensor(order, dtype=torch.int64, device=device)
+    b = shape[0]
+    call = torch.repeat_interleave(torch.arange(len(widths), device=device),
+                                   torch.tensor(widths, device=device))  # [N]: each column's call
+    order = call[None, :] * b + torch.arange(b, device=device)[:, None]  # [B, N]: (call, row), in that order
+    return order.reshape(-1).argsort(stable=True)  # (stable: a row's columns of one call stay in order)
 
 
 def _runs(chains: list) -> list[list]:

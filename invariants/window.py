@@ -85,7 +85,7 @@ def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor, w: 
     rank = torch.where(count > 0, start[:, None] + count - 1, -1)
     token = torch.cat([context[..., 0], ids], 1)
     weights = history.hasher.chain_weights(int(rank.max()) + 1 if rank.numel() else 1, ids.device)
-    contrib = (token + 1) * weights[rank.clamp(min=0)] * attended
+    contrib = (token + 1) * torch.take(weights, rank.clamp(min=0)) * attended
     node = contrib.cumsum(1)
     base = torch.where(pinned, labels[:, 2] - (node - contrib).gather(1, first)[:, 0], 0)  # the hash before the window
     node = base[:, None] + node
