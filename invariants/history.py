@@ -141,7 +141,7 @@ class History:
         realignment, a crop, a rebuilt cache): that chain was checked then, and
         its labels are carried by rank. None when some row attends anything else.
         ``ranks`` ``[B, T + n]``: ``attended.cumsum(1) - 1``."""
-        t, b = held.shape[1], held.shape[0]
+        t = held.shape[1]
         att = attended[:, :t]
         rank = ranks[:, :t]  # [B, T]
         if not torch.equal(rank >= 0, att):  # (rank >= 0: the chain has begun at or before the slot)

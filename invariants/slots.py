@@ -130,8 +130,9 @@ class LabelTable:
         if self.pending:
             hashes, labels = [], []
             for run in _runs(self.pending):  # calls over as many rows side by side: one concatenation each
-                written = torch.cat([c.hashes[:, c.cached:] for c in run], 1)  # [B, N]
-                index = _in_call_order(written.shape, [c.hashes.shape[1] - c.cached for c in run], written.device)
+                parts = [c.hashes[:, c.cached:] for c in run]
+                written = torch.cat(parts, 1)  # [B, N]
+                index = _in_call_order(written.shape, [p.shape[1] for p in parts], written.device)
                 hashes.append(written.reshape(-1)[index])
                 labels.append(torch.cat([c.written() for c in run], 1).reshape(-1, 4)[index])
             hashes, labels = torch.cat(hashes), torch.cat(labels)

@@ -31,7 +31,7 @@ from transformers import Cache
 from .correctness import one_chain
 from .outputs import stops_where_it_should, target_choices
 from .history import History
-from .hf_cache import ABSENT, Seal, column_hashes, kinds_of, refuse_cache
+from .hf_cache import ABSENT, Seal, kinds_of, refuse_cache
 from .stream import special_ids
 from .masks import key_mask
 from .observation import CacheView, ForwardCall
