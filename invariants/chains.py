@@ -100,7 +100,8 @@ class Chains:
         """``[B, kept]`` the call's greedy choices, ``logits.argmax(-1)`` (computed once:
         the target's choices and the stream memo both read them)."""
         if self._choice is None:
-            self._choice = self.call.logits.argmax(-1).to(self.token.device)
+            choice = self.call.logits.argmax(-1)
+            self._choice = choice if choice.device == self.token.device else choice.to(self.token.device)
         return self._choice
 
     def choices(self) -> tuple[list, list] | None:

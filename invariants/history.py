@@ -100,9 +100,10 @@ class History:
         same = False  # every cached slot holds what it held after this model's previous call
         if t and before is not None:
             held = on(self.hashes[:, :t], device)
+            was = head(before.hashes, t)  # (head: no slice when the previous call's width is T)
             same = before.hashes.shape[0] == ids.shape[0] and before.hashes.shape[1] >= t \
-                and (same_view(held, before.hashes[:, :t]) or torch.equal(held, before.hashes[:, :t]))
-            if same and torch.equal(attended[:, :t], before.attended[:, :t]):
+                and (same_view(held, was) or torch.equal(held, was))
+            if same and torch.equal(attended[:, :t], head(before.attended, t)):
                 return self._inputs(call, attended, before, t)
         rank, checked, marks = attended.cumsum(1) - 1, 0, None
         if t and before is not None:
@@ -119,7 +120,7 @@ class History:
             context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
                 torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
         token = torch.cat([context[..., 0], ids], 1)
-        weights = self.hasher.chain_weights(attended.shape[1], device)
+        weights = self.hasher.weight_table(attended.shape[1], device)
         contrib = (token + 1) * torch.take(weights, rank.clamp(min=0)) * attended  # (take: a 1-D gather)
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, rank, token, node - contrib, node, self, checked=checked,
@@ -157,7 +158,7 @@ class History:
         if rows is not None:  # (None: the batch kept its rows, each continues itself)
             tokens = tokens[rows]
         token = torch.cat([torch.where(att, tokens.gather(1, at), -1), call.input_ids], 1)
-        weights = self.hasher.chain_weights(token.shape[1], token.device)
+        weights = self.hasher.weight_table(token.shape[1], token.device)
         contrib = (token + 1) * torch.take(weights, ranks.clamp(min=0)) * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, ranks, token, node - contrib, node, self, checked=t,
@@ -190,7 +191,7 @@ class History:
         call appends to the previous call's columns: work in what the call feeds)."""
         ids, fed = call.input_ids, attended[:, t:]
         every = bool(fed.all())
-        weights = self.hasher.chain_weights(t + ids.shape[1], ids.device)
+        weights = self.hasher.weight_table(t + ids.shape[1], ids.device)
         rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
         # every input attended (the common case): every rank is an element's, nothing to mask
         contrib = (ids + 1) * torch.take(weights, rank_in) if every else \

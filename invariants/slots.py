@@ -103,12 +103,18 @@ class Hasher:
     def chain_weights(self, n: int, device) -> torch.Tensor:
         """``R[0 .. n-1]``: a chain ``x_0 .. x_{j-1}`` has hash ``Σ (x_l + 1) R[l]``
         (wrapping int64), so the hash of every prefix is one cumulative sum."""
-        if self._chain.numel() < n:
+        return self.weight_table(n, device)[:n]
+
+    def weight_table(self, n: int, device) -> torch.Tensor:
+        """:meth:`chain_weights`, at least ``n`` of them: for ``torch.take``, which reads
+        only the ranks it is given (no slice made)."""
+        table = self._chain
+        if table.numel() < n:
             chunks = -(-n // _CHUNK)
-            self._chain = torch.cat([_random(c, _CHUNK, "cpu") for c in range(chunks)])
-        if self._chain.device != torch.device(device):
-            self._chain = self._chain.to(device)
-        return self._chain[:n]
+            table = self._chain = torch.cat([_random(c, _CHUNK, "cpu") for c in range(chunks)]).to(table.device)
+        if table.device != device and table.device != torch.device(device):
+            table = self._chain = table.to(device)
+        return table
 
 
 class LabelTable:

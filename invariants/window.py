@@ -84,7 +84,7 @@ def window_chains(history: History, call: ForwardCall, hashes: torch.Tensor, w: 
     start = torch.where(pinned, labels[:, 1] - count.gather(1, first)[:, 0] + 1, 0)  # [B] the window's first position
     rank = torch.where(count > 0, start[:, None] + count - 1, -1)
     token = torch.cat([context[..., 0], ids], 1)
-    weights = history.hasher.chain_weights(int(rank.max()) + 1 if rank.numel() else 1, ids.device)
+    weights = history.hasher.weight_table(int(rank.max()) + 1 if rank.numel() else 1, ids.device)
     contrib = (token + 1) * torch.take(weights, rank.clamp(min=0)) * attended
     node = contrib.cumsum(1)
     base = torch.where(pinned, labels[:, 2] - (node - contrib).gather(1, first)[:, 0], 0)  # the hash before the window
