@@ -38,6 +38,9 @@ _LOW = (1 << FILTER_BITS) - 1
 #: Up to this many chain hashes are looked up in the rejected dict one by one (a tensor op costs microseconds
 #: whatever its size; a dict look-up, a fraction of one), more through the :class:`HashFilter`.
 FEW = 256
+#: Up to this many slots times suspects, :meth:`Stream._among` compares every slot with every suspect
+#: (a few operations) rather than bisecting each row (a dozen, whatever the size).
+SEARCHED = 32768
 
 
 @dataclass
@@ -88,10 +91,13 @@ class Stream:
         is a chain hash: it can only be the element of its own index in the chain
         (``rank``), so each row is read at that element alone, found by bisection
         (ranks never fall along a row): the work grows with the suspects, not with
-        ``c``. A window's chains (ranks are positions there) are searched whole."""
+        ``c``. A window's chains (ranks are positions there) are searched whole, and so
+        are small ones (up to :data:`SEARCHED` slots times suspects)."""
         node, att, ordered = chains.node[:, :c], chains.attended[:, :c], sorted(suspects)
         found = torch.tensor(ordered, dtype=torch.int64, device=node.device)
-        if chains.window or not all(h in self.rank for h in ordered):  # a window's rejection: no index known
+        # a window's rejection (no index known), or few slots times suspects: one search of every slot
+        # is then fewer operations than the bisection (the same answer: a node is one element's)
+        if chains.window or node.numel() * len(ordered) <= SEARCHED or not all(h in self.rank for h in ordered):
             return [(i, s) for i, s in (torch.isin(node, found) & att).nonzero().tolist()]
         rank = chains.rank[:, :c].contiguous()
         at = torch.tensor([self.rank[h] for h in ordered], dtype=torch.int64, device=node.device)
@@ -151,6 +157,12 @@ class Stream:
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
             self._proposals(chains)
+        if self._only_odd(t, nodes, befores, chosen):  # (a prefill, most often: no walk)
+            proposed, odd = self.proposed, self.odd
+            for node, before, token in zip(nodes, befores, tokens):
+                if token not in chosen.get(before, ()) and token not in proposed.get(before, ()):
+                    odd.setdefault(node, number)
+            return
         continuing = None  # [B]: rows that attend their cache, read when first needed
         for i, node, before, token, rank in zip(rows, nodes, befores, tokens, ranks):
             chose = chosen.get(before, {})
@@ -169,6 +181,14 @@ class Stream:
                     continuing = chains.attended[:, :t].any(1).tolist()
                 if continuing[i]:
                     self.grounded.add(node)
+
+    def _only_odd(self, t: int, nodes: list, befores: list, chosen: dict) -> bool:
+        """The walk of :meth:`remember` would ground and reject nothing, only note ``odd``:
+        no input follows a grounded prefix, none was rejected, and none follows a prefix
+        the target chose after in a call over a non-empty cache (a row that attends
+        nothing cached grounds nothing). Set operations, at C speed."""
+        return self.grounded.isdisjoint(befores) and self.rejected.keys().isdisjoint(nodes) \
+            and (t == 0 or chosen.keys().isdisjoint(befores))
 
     def _seen(self, chains, rows: list, nodes: list) -> None:
         """Note the rejected nodes a row attends from its cache. A draft call whose

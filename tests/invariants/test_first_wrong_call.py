@@ -43,3 +43,26 @@ ITEM_BUGS = ("stale", "positions", "crop_short", "crop_rows", "bonus_draft", "pa
 def test_each_bug_is_caught_at_its_first_wrong_call_with_its_cause(bug, layout):
     out, _ = check_catch(bug, layout)
     assert out != reference("qwen3", WITH_PAD_ID) or bug == "pad_from_ids"  # the pad id comes late: no output changed yet
+
+
+@pytest.mark.parametrize("bug", [None, "stale", "bonus_dup", "zero_drafts"])
+def test_the_memo_is_the_same_with_and_without_its_prefill_shortcut(bug, monkeypatch):
+    """``Stream.remember`` skips its per-input walk when that walk could ground and reject
+    nothing (``Stream._only_odd``: a prefill, most often); with the shortcut off, every
+    field of the memo and every violation come out the same, on a correct decoder and on
+    bugs the memo decides (stale drafts, a duplicated bonus, an unverified commit)."""
+    from batchspec.invariants.stream import Stream
+
+    target, draft = pair("qwen3")
+    ks = every_other if bug == "zero_drafts" else None
+    run = lambda: decoders.decode(target, draft, WITH_PAD_ID, K, N, "repad", bug=bug, ks=ks)  # noqa: E731
+    fields = ("grounded", "rejected", "order", "fed", "late", "odd", "seen", "proposed", "tested", "prefix", "rank")
+    seen = []
+    for shortcut in (True, False):
+        if not shortcut:
+            monkeypatch.setattr(Stream, "_only_odd", lambda *a: False)
+        out, w = recorded(target, draft, run)
+        memo = w.history.stream
+        seen.append((out, [str(v) for v in w.violations], {f: getattr(memo, f) for f in fields}))
+    assert seen[0] == seen[1]
+    assert seen[0][2]["odd"]  # the shortcut noted what the walk notes

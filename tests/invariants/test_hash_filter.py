@@ -33,7 +33,17 @@ def test_rejected_slots_found_alike_by_dict_and_by_filter(few, monkeypatch):
     check_catch("stale", "right_holes")
 
 
-def test_rejected_nodes_found_at_their_index_alike_by_bisection_and_by_search():
+@pytest.mark.parametrize("searched", [stream.SEARCHED, 0])
+def test_rejected_slots_found_alike_by_search_and_by_bisection(searched, monkeypatch):
+    """``Stream._among`` searches small chains whole and bisects larger ones: with every
+    look-up bisected (``SEARCHED = 0``), stale rejected drafts are caught at the same call
+    with the same cause, in a layout that keeps its rows and in one that realigns them."""
+    monkeypatch.setattr(stream, "SEARCHED", searched)
+    check_catch("stale", "right_holes")
+    check_catch("stale", "repad")
+
+
+def test_rejected_nodes_found_at_their_index_alike_by_bisection_and_by_search(monkeypatch):
     """``Stream._among`` reads each row only at the element of a suspect node's own index
     (a chain hash has one); on chains with left pads, holes and rows that attend
     nothing, it finds exactly the attended slots a search of every slot finds."""
@@ -41,6 +51,7 @@ def test_rejected_nodes_found_at_their_index_alike_by_bisection_and_by_search():
 
     from batchspec.invariants.stream import Stream
 
+    monkeypatch.setattr(stream, "SEARCHED", 0)  # the bisection, whatever the size (a window: the search)
     g = torch.Generator().manual_seed(0)
     for trial in range(200):
         b, t = 1 + trial % 4, 1 + trial % 23
