@@ -39,6 +39,11 @@ def where_wrong(wrong: torch.Tensor) -> list[tuple[int, int]]:
     return [(i, first[i]) for i in wrong.any(1).nonzero().flatten().tolist()]
 
 
+def like(tensor: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """``tensor.to(other)``: itself, with no dispatch, when its dtype and device are ``other``'s already."""
+    return tensor if tensor.dtype == other.dtype and tensor.device == other.device else tensor.to(other)
+
+
 def on(tensor: torch.Tensor, device) -> torch.Tensor:
     """``tensor`` on ``device``: itself when it is there already (no dispatch in
     the common case, where the grid, the calls and the caches share one device)."""

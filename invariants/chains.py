@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ._util import like
 from .observation import ForwardCall
 from .slots import PADDING, UNWRITTEN, WRITTEN
 
@@ -119,15 +120,18 @@ class Chains:
         fed = self.attended[:, t + n - kept:]
         return node[fed].tolist(), self.choice[fed].tolist()
 
-    def written(self) -> torch.Tensor:
-        """``[B, n, 4]`` the labels of the slots the call wrote: what it fed, where, after what
-        (built once: the call's labels and the label table both read them)."""
+    def written(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, n, 4]`` int64, the labels of the slots the call wrote: what it fed, where, after
+        what (built once: the call's labels and the label table both read them); built into
+        ``out`` when given (a slot of :class:`~batchspec.invariants.columns.Columns`)."""
         if self._written is None:
             t, call = self.cached, self.call
-            ids = call.input_ids
+            ids = like(call.input_ids, self.before)
             flag = torch.full_like(ids, WRITTEN) if self.every else \
                 PADDING - self.attended[:, t:].long() * (PADDING - WRITTEN)
-            self._written = torch.stack([ids, call.position_ids.to(ids), self.before[:, t:], flag], -1)
+            self._written = torch.stack([ids, like(call.position_ids, ids), self.before[:, t:], flag], -1, out=out)
+        elif out is not None:
+            self._written = out.copy_(self._written)
         return self._written
 
     def labels(self) -> torch.Tensor:
@@ -175,7 +179,7 @@ class Moved:
         if self.rows is not None:
             labels = labels[self.rows]
         return torch.where(self.attended[..., None], labels.gather(1, self.at[..., None].expand(-1, -1, 4)),
-                           UNREAD.to(every))
+                           like(UNREAD, every))
 
 
 #: Where a call's context labels come from.

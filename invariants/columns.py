@@ -43,22 +43,37 @@ class Columns:
         self._view: torch.Tensor | None = None  # the newest view handed out
         self._kind: tuple | None = None  # the buffer's (capacity, rows, trailing shape, dtype, device)
 
-    def append(self, prefix: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        """``prefix`` ``[B, T, ...]`` then ``new`` ``[B, n, ...]``, as a view ``[B, T + n, ...]``."""
-        shape = new.shape
-        t, n = prefix.shape[1], shape[1]
+    def append(self, prefix: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+        """``prefix`` ``[B, T, ...]`` (None: ``T = 0``) then ``new`` ``[B, n, ...]``, as a view
+        ``[B, T + n, ...]``."""
+        n = new.shape[1]
+        buffer, t = self._grow(prefix, new.shape[0], n, new.shape[2:], new.dtype, new.device)
+        buffer[:, t: t + n] = new
+        return self._view
+
+    def reserve(self, prefix: torch.Tensor | None, b: int, n: int, trailing: tuple, dtype, device) -> tuple:
+        """``(view, slot)``: the view ``[B, T + n, ...]`` that :meth:`append` would return, and
+        its last ``n`` columns ``[B, n, ...]``, not written yet: the caller writes them (an
+        operation's ``out=``, one copy fewer) before anything reads the view."""
+        buffer, t = self._grow(prefix, b, n, trailing, dtype, device)
+        return self._view, buffer[:, t: t + n]
+
+    def _grow(self, prefix: torch.Tensor | None, b: int, n: int, trailing: tuple, dtype, device) -> tuple:
+        """``(buffer, T)``: the buffer whose first ``T`` columns hold ``prefix``, with room for
+        ``n`` more; the newest view (``self._view``) is set to its first ``T + n``."""
+        t = 0 if prefix is None else prefix.shape[1]
         buffer, kind = self._buffer, self._kind
         fits = buffer is not None and t == self._width and t + n <= kind[0] \
-            and kind[1:] == (shape[0], shape[2:], new.dtype, new.device)
+            and kind[1:] == (b, trailing, dtype, device)
         # the newest view itself (known by identity, or compared), whole: the new columns go after it
-        if not (fits and (prefix is self._view or t == 0 or same_view(prefix, buffer[:, :t]))):
-            buffer = torch.empty((shape[0], t + n + LEAST, *shape[2:]), dtype=new.dtype, device=new.device)
-            buffer[:, :t] = prefix
-            self._buffer, self._kind = buffer, (t + n + LEAST, shape[0], shape[2:], new.dtype, new.device)
-        buffer[:, t: t + n] = new
+        if not (fits and (t == 0 or prefix is self._view or same_view(prefix, buffer[:, :t]))):
+            buffer = torch.empty((b, t + n + LEAST, *trailing), dtype=dtype, device=device)
+            if t:
+                buffer[:, :t] = prefix
+            self._buffer, self._kind = buffer, (t + n + LEAST, b, trailing, dtype, device)
         self._width = t + n
         self._view = buffer[:, : t + n]
-        return self._view
+        return buffer, t
 
 
 def head(x: torch.Tensor, t: int) -> torch.Tensor:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from ._util import on
+from ._util import like, on
 from .chains import Chains
 from .outputs import stops_where_it_should, target_choices
 from .slots import AMBIGUOUS, BLIND, PADDING, UNWRITTEN, WRITTEN
@@ -73,7 +73,7 @@ def one_chain(chains: Chains) -> list[Violation]:
 def _chain(chains: Chains) -> list[Violation]:
     """C1's first two clauses: one chain at positions ``0, 1, …``; no committed token hidden."""
     t, att, rank = chains.cached, chains.attended, chains.rank
-    positions = chains.call.position_ids.to(rank)  # [B, n]
+    positions = like(chains.call.position_ids, rank)  # [B, n]
     if chains.checked == t and chains.every and torch.equal(positions, rank[:, t:]):
         return []  # the common case: the checked chain, extended by inputs fed at their indices
     fed = positions == rank[:, t:]  # [B, n]

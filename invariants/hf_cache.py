@@ -181,9 +181,12 @@ class Seal:
         if was is None or not (torch.equal(words[0][:, :c], was[..., :w])
                                and torch.equal(words[1][:, :c], was[..., w:])):
             c = 0
-        bits = torch.cat([words[0][:, c:], words[1][:, c:]], -1)  # [B, T + n - c, 2w]: the columns to hash
-        fresh = hasher.word_hashes(bits)
-        views = (kept[0].append(head(views[0], c) if c else bits[:, :0], bits),
-                 kept[1].append(head(views[1], c) if c else fresh[:, :0], fresh))
-        self._kept[name] = (*kept[:2], views)
-        return views[1]
+        b, m = words[0].shape[0], t + n - c
+        # the columns to hash, [B, T + n - c, 2w], and their hashes, written where they are kept
+        kept_bits, bits = kept[0].reserve(head(views[0], c) if c else None, b, m, (w + words[1].shape[2],),
+                                          torch.int64, keys.device)
+        torch.cat([words[0][:, c:], words[1][:, c:]] if c else words, -1, out=bits)
+        kept_hashes, fresh = kept[1].reserve(head(views[1], c) if c else None, b, m, (), torch.int64, keys.device)
+        hasher.word_hashes(bits, out=fresh)
+        self._kept[name] = (*kept[:2], (kept_bits, kept_hashes))
+        return kept_hashes

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._util import on
+from ._util import like, on
 from .calllog import CallLog
 from .chains import UNREAD, DEPTH, Chains, Moved
 from .columns import Columns, head, same_view
@@ -203,12 +203,15 @@ class History:
         # rank, token, before and node as one [B, T + n, 4] column each: one append, not four
         prefix = head(before.quad, t) if before.quad is not None else \
             torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
-        quad = cols[0].append(prefix, torch.stack([rank_in, ids.to(rank_in), node_in - contrib, node_in], -1))
+        b, n = ids.shape
+        quad, new = cols[0].reserve(prefix, b, n, (4,), rank_in.dtype, rank_in.device)
+        torch.stack([rank_in, like(ids, rank_in), node_in - contrib, node_in], -1, out=new)  # (written in place)
         chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
                         _marks=self._marks(before, t), quad=quad, _every=every, extends=before.node)
         if before._labels is None:  # (built now into this model's column: this call's labels then append in place)
             before._labels = cols[1].append(before.context, before.written())
-        chains._labels = cols[1].append(head(before._labels, t), chains.written())
+        chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
+        chains.written(out=new)
         chains._context = chains._labels[:, :t]
         return chains
 

@@ -53,12 +53,12 @@ def _random(seed: int, n: int, device) -> torch.Tensor:
 def _words(x: torch.Tensor) -> torch.Tensor:
     """``x`` ``[B, S, d]``'s bits as int64 words ``[B, S, w]``, exactly: its memory read as
     int64 where its rows are whole words (no copy), else each element widened."""
-    if (x.shape[-1] * x.element_size()) % 8 == 0:
+    if (x.shape[-1] * x.dtype.itemsize) % 8 == 0:
         try:
             return x.view(torch.int64)
         except RuntimeError:  # strides or offset not on word boundaries
             pass
-    return x.view(_BITS[x.element_size()]).to(torch.int64)
+    return x.view(_BITS[x.dtype.itemsize]).to(torch.int64)
 
 
 class Hasher:
@@ -88,11 +88,11 @@ class Hasher:
         (a word that differs changes the sum: an odd weight is invertible modulo 2**64)."""
         return self.word_hashes(torch.cat([self.words(keys), self.words(values)], -1))
 
-    def word_hashes(self, bits: torch.Tensor) -> torch.Tensor:
+    def word_hashes(self, bits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, S]`` int64 from ``bits`` ``[B, S, 2w]``, a slot's key words then its value
         words (:meth:`words`): each word times its fixed random odd weight, summed with
-        wrap-around (:meth:`pair_hashes`)."""
-        return (bits * self.weights(bits.shape[-1], bits.device)).sum(-1)  # [B, S], wraps
+        wrap-around (:meth:`pair_hashes`); written into ``out`` when given."""
+        return torch.sum(bits * self.weights(bits.shape[-1], bits.device), -1, out=out)  # [B, S], wraps
 
     @staticmethod
     def words(x: torch.Tensor, stop: int | None = None) -> torch.Tensor:
