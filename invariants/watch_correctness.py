@@ -139,6 +139,7 @@ class Correctness:
         chain rule, on each window kind by the window rule. A call the checker
         cannot read is a ValueError saying what it could not read, never a
         crash inside it."""
+        number = self.history.calls + 1  # this call's number, as its violations would name it
         try:
             t, n = call.cache_length, call.input_ids.shape[1]
             if call.attention_mask.shape != (call.input_ids.shape[0], t + n):
@@ -160,7 +161,7 @@ class Correctness:
                 self.history.remember(chains)
         except Exception as error:  # noqa: BLE001 - a crash here is the checker's, and must say what it could not read
             what = str(error) if isinstance(error, ValueError) else f"{type(error).__name__}: {error} (a checker bug)"
-            raise ValueError(f"watch could not read call #{self.history.calls} of the {name} model: {what}") from error
+            raise ValueError(f"watch could not read call #{number} of the {name} model: {what}") from error
         self.found(found)
 
     def outputs(self, prompts, sequences, max_new_tokens=None, eos_token_id=None, pad_token_id=None) -> list:

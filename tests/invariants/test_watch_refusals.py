@@ -58,3 +58,23 @@ def test_a_quantized_cache_is_refused_before_the_call_runs():
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
                        cache_implementation="quantized", cache_config={"backend": "fp8"})
     assert "quantized" in str(refused.value) and ran == []
+
+
+def test_a_cache_that_dropped_slots_a_full_attention_model_attends_is_refused():
+    """A full-attention model run over a cache that keeps only its newest slots (here a
+    sliding-window cache of 4 handed to a model whose layers attend every earlier token):
+    once the cache holds fewer slots than the call's ``T``, ``watch`` says so by name (the
+    model attends columns the cache no longer holds), not a crash inside the checker."""
+    import copy
+
+    model = tiny.build("llama", 0)
+    config = copy.deepcopy(model.config)
+    config.sliding_window, config.layer_types = 4, ["sliding_attention"] * config.num_hidden_layers
+    cache = tf.DynamicCache(config=config)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    with pytest.raises(ValueError, match=r"its cache holds fewer than the 6 slots before the call plus 1 inputs") \
+            as refused, watch(target=model), torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache)
+        nxt = out.logits[:, -1:].argmax(-1)
+        model(input_ids=nxt, attention_mask=torch.ones((1, 7), dtype=torch.long), cache=cache)
+    assert "watch could not read call #2 of the target model" in str(refused.value)
