@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ._util import like
+from ._util import like, on
 from .observation import ForwardCall
 from .slots import PADDING, UNWRITTEN, WRITTEN
 
@@ -101,8 +101,7 @@ class Chains:
         """``[B, kept]`` the call's greedy choices, ``logits.argmax(-1)`` (computed once:
         the target's choices and the stream memo both read them)."""
         if self._choice is None:
-            choice = self.call.logits.argmax(-1)
-            self._choice = choice if choice.device == self.token.device else choice.to(self.token.device)
+            self._choice = on(self.call.logits.argmax(-1), self.token.device)
         return self._choice
 
     def choices(self) -> tuple[list, list] | None:
