@@ -135,6 +135,11 @@ def column_hashes(hasher, cache, layers: list, start: int, stop: int):
 
 
 
+#: From this many kept columns on, :class:`Seal` first compares the newest one alone: a
+#: realigned cache fails there at once, without the whole compare (below it, that costs more than it saves)
+GLANCE = 256
+
+
 class Seal:
     """Proof, per model, of which cached columns still hold what was hashed after its
     previous call, so that a call is hashed only where it wrote (Spec §3.12.1).
@@ -149,7 +154,10 @@ class Seal:
     into the cache in between (an in-place write, ``.data``, a kernel given
     the raw pointer, a crop, a call that overwrote a slot) shows as a difference
     and the call is hashed in full. A comparison reads the columns a hash would,
-    and is a fraction of its cost; no tensor's identity or version is trusted."""
+    and is a fraction of its cost; no tensor's identity or version is trusted.
+    From :data:`GLANCE` kept columns on, the newest is compared first, alone: a
+    realigned cache differs there and is hashed in full without the whole
+    compare; one that passes is still compared whole."""
 
     def __init__(self):
         #: model -> (words, hashes, views): two :class:`Columns` (each column's key words
@@ -178,6 +186,8 @@ class Seal:
         c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[1].shape[1], t)
         # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
         was = head(views[0], c) if c and views[0].shape[2] == w + words[1].shape[2] else None
+        if was is not None and c >= GLANCE and not torch.equal(words[0][:, c - 1], was[:, c - 1, :w]):
+            was = None  # the newest kept column moved: a realignment, whose compare would fail anyway
         if was is None or not (torch.equal(words[0][:, :c], was[..., :w])
                                and torch.equal(words[1][:, :c], was[..., w:])):
             c = 0

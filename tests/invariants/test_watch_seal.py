@@ -16,15 +16,15 @@ from transformers import DynamicCache, StaticCache
 
 from _window_models import build
 
-from batchspec.invariants import InvariantViolation, watch
+from batchspec.invariants import InvariantViolation, hf_cache, watch
 from batchspec.invariants.slots import Hasher
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]]
 STEPS = 6
 
 
-@pytest.fixture
-def widths(monkeypatch):
+@pytest.fixture(params=["default glance", "glance from 1 column"])
+def widths(monkeypatch, request):
     """The column count of every hash the checker takes, in order."""
     seen: list = []
     word_hashes = Hasher.word_hashes  # every content hash goes through it
@@ -34,6 +34,8 @@ def widths(monkeypatch):
         return word_hashes(self, bits, out=out)
 
     monkeypatch.setattr(Hasher, "word_hashes", spy)
+    if request.param == "glance from 1 column":  # the newest kept column compared alone first, at every call
+        monkeypatch.setattr(hf_cache, "GLANCE", 1)
     return seen
 
 
@@ -72,11 +74,11 @@ def test_a_static_cache_written_in_place_is_hashed_only_where_each_call_wrote(wi
     assert widths[:STEPS + 1] == [len(PROMPTS[0])] + [1] * STEPS
 
 
-def _zero_slot(cache, step, through_data=False):
-    """Before the call after ``step == 2``: zero slot 1 of the first layer's keys, in place."""
+def _zero_slot(cache, step, through_data=False, slot=1):
+    """Before the call after ``step == 2``: zero slot ``slot`` of the first layer's keys, in place."""
     if step == 2:
         keys = cache.layers[0].keys
-        (keys.data if through_data else keys)[:, :, 1] = 0
+        (keys.data if through_data else keys)[:, :, slot] = 0
 
 
 def test_a_write_into_a_sealed_cache_is_hashed_whole_and_caught_at_that_call(widths):
@@ -93,5 +95,16 @@ def test_a_write_through_data_is_caught_at_that_call_as_well(widths):
     model = build("llama")
     with pytest.raises(InvariantViolation) as caught, watch(target=model):
         greedy(model, lambda cache, step: _zero_slot(cache, step, through_data=True))
+    assert (caught.value.violation.invariant, caught.value.violation.call) == ("C1", 4)
+    assert widths == [len(PROMPTS[0]), 1, 1, len(PROMPTS[0]) + 3]
+
+
+def test_a_write_into_the_newest_column_is_hashed_whole_and_caught_at_that_call(widths):
+    """The newest kept column is the one the glance reads: a write there breaks the seal at
+    once; a write further back (the tests above) passes the glance and fails the whole compare."""
+    model = build("llama")
+    newest = len(PROMPTS[0]) + 1  # the columns cached before the call after step 2, less one
+    with pytest.raises(InvariantViolation) as caught, watch(target=model):
+        greedy(model, lambda cache, step: _zero_slot(cache, step, slot=newest))
     assert (caught.value.violation.invariant, caught.value.violation.call) == ("C1", 4)
     assert widths == [len(PROMPTS[0]), 1, 1, len(PROMPTS[0]) + 3]
