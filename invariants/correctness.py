@@ -38,17 +38,9 @@ import torch
 from ._util import like, on
 from .chains import Chains
 from .outputs import stops_where_it_should, target_choices
-from .slots import AMBIGUOUS, BLIND, PADDING, UNWRITTEN, WRITTEN
+from .causes import diversions, explain_chain, mask_cause, report
+from .slots import AMBIGUOUS, BLIND, WRITTEN
 from .violation import Violation
-
-
-def _report(chains: Chains, invariant: str, name: str, row: int, expected, actual, detail: str) -> Violation:
-    return Violation(invariant, name, 0, "call", row, expected, actual, detail, chains.call.model, None,
-                     chains.number)
-
-
-def _head(tokens: list[int]) -> str:
-    return "[" + ", ".join(map(str, tokens[:6])) + (", …]" if len(tokens) > 6 else "]")
 
 
 def one_chain(chains: Chains) -> list[Violation]:
@@ -94,7 +86,7 @@ def _chain(chains: Chains) -> list[Violation]:
         _confirm(chains, bad)
         for i in bad.any(1).nonzero().flatten().tolist():
             s = int(bad[i].nonzero()[0])
-            out.append(_explain_chain(chains, i, s))
+            out.append(explain_chain(chains, i, s))
     rows = {v.row for v in out}
     if chains.checked != t and not chains.window:  # in a window a hidden slot shrinks it (window_size)
         out += [v for v in _detours(chains) if v.row not in rows]
@@ -166,8 +158,8 @@ def _hidden_inputs(chains: Chains) -> list[Violation]:
         j, instead = int(chains.rank[i, s]) + 1, int(chains.token[i, s + later[0]])
         detail = (f"row {i} feeds token {x} masked out (input {s - t}): the target's own choice (call #{chose[x]}) "
                   f"after the prefix the row attends, and goes on with token {instead} at position {j} instead: "
-                  f"the mask hides a committed token {_mask_cause(chains, x)}")
-        out.append(_report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
+                  f"the mask hides a committed token {mask_cause(chains, x)}")
+        out.append(report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
     return out
 
 
@@ -176,31 +168,12 @@ def _detours(chains: Chains) -> list[Violation]:
     target's own choice continuing its chain (same prefix, same position) and
     goes on with another token there. Rejected drafts kept as holes are not
     the target's choice; a committed token hidden by its mask is."""
-    t, c, att = chains.cached, chains.checked, chains.attended
-    label = chains.context[:, c:]  # (before ``checked``: the previous call's holes, looked at then)
-    hidden = ~att[:, c:t] & (chains.rank[:, c:t] >= 0) & (label[..., 3] == WRITTEN)  # [B, T - c]: holes in the chain
-    if not bool(hidden.any()):
-        return []
-    # the row's element at each label's position (its rank): ranks never fall along a row, and the first slot
-    # that reaches a rank holds that element, found by bisection; none when the chain is shorter
-    rank = chains.rank.contiguous()
-    pos = label[..., 1].clamp(min=0)
-    at = torch.searchsorted(rank, pos.contiguous()).clamp(max=rank.shape[1] - 1)  # [B, T - c]
-    has = rank.gather(1, at) == pos
-    diverts = hidden & has & (chains.before.gather(1, at) == label[..., 2]) & (
-        chains.token.gather(1, at) != label[..., 0])
-    out, seen = [], set()
-    # a few per call (per row, the first rejected draft of each round kept as a hole): read as lists at once
-    for (i, s), (x, j, prefix, _flag) in zip(diverts.nonzero().tolist(), label[diverts].tolist()):
-        chose = chains.history.chosen.get(prefix, {})
-        if i in seen or x not in chose:
-            continue  # a rejected draft left as a hole: not the target's choice
-        seen.add(i)
-        instead, s = int(chains.token[i, at[i, s]]), s + c
+    out = []
+    for i, s, x, j, chose, instead in diversions(chains, chains.checked):
         detail = (f"row {i} masks out slot {s}, which holds token {x} at position {j}: the target's own choice "
-                  f"(call #{chose[x]}) after the prefix the row attends, and goes on with token {instead} at "
-                  f"position {j} instead: the mask hides a committed token {_mask_cause(chains, x)}")
-        out.append(_report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
+                  f"(call #{chose}) after the prefix the row attends, and goes on with token {instead} at "
+                  f"position {j} instead: the mask hides a committed token {mask_cause(chains, x)}")
+        out.append(report(chains, "C1", "one_chain", i, f"token {x} at position {j}", f"token {instead}", detail))
     return out
 
 
@@ -223,71 +196,6 @@ def _confirm(chains: Chains, bad: torch.Tensor) -> None:
         (flag == WRITTEN) & (position == rank) & (fresh[:, 2] == before))
     slots[slots.clone()] = ~ok
     bad[:, :t] = slots
-
-
-def _explain_chain(chains: Chains, i: int, s: int) -> Violation:
-    t, j = chains.cached, int(chains.rank[i, s])
-    token, position, flag = int(chains.token[i, s]), int(chains.position[i, s]), int(chains.flag[i, s])
-    where = f"slot {s}" if s < t else f"input {s - t}"
-    stream = chains.stream(i, s)
-    lead = f"row {i}" + (f" (stream {_head(stream)})" if stream else "") + f": {where}, element {j} of the chain"
-    zeros = s < t and flag in (UNWRITTEN, PADDING) and int(chains.history.hashes[i, s]) == 0  # every bit zero
-    if zeros:
-        what = "padding" if flag == PADDING else "a slot never written"
-        detail = (f"{lead}, holds zeros ({what}, or a key/value zeroed, such as a rejected draft's, still "
-                  "attended), not a token of the chain, and the mask attends it")
-        return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "zeros", detail)
-    if s < t and flag == UNWRITTEN:
-        detail = f"{lead}, holds a key/value that no watched forward call wrote (a stale, blended or foreign slot)"
-        return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "unwritten content", detail)
-    if s < t and flag == PADDING:
-        detail = (f"{lead}, holds padding (zeros, or the key/value of a masked input), not a token of the "
-                  "chain, and the mask attends it")
-        return _report(chains, "C1", "one_chain", i, f"the key/value of the token at position {j}", "a padding slot", detail)
-    if position != j:
-        detail = f"{lead}, is token {token} at position {position}" + _position_cause(chains, i, s, j, position)
-        return _report(chains, "C1", "one_chain", i, f"position {j}", f"position {position}", detail)
-    detail = (f"{lead}, holds token {token} at position {position} computed after another prefix than the "
-              f"{j} tokens the row attends before it (a slot from another row or another round)")
-    return _report(chains, "C1", "one_chain", i, f"token {token} after {_head(stream)}", "another prefix", detail)
-
-
-def _position_cause(chains: Chains, i: int, s: int, j: int, position: int) -> str:
-    """Why element ``j`` of row ``i``'s chain sits at another position, in the decoder's terms."""
-    if s < chains.cached:
-        return ": the slot holds another position's key/value"
-    if position < j:
-        return (" fed: the position ids lag the chain the row attends (not advanced past every token it holds, "
-                "such as the last round's bonus token)")
-    chosen = chains.history.chosen.get(int(chains.before[i, s]), {})
-    if chosen and int(chains.token[i, s]) not in chosen:
-        skipped = min(chosen, key=chosen.get)
-        hidden = _hidden(chains, i, s, j)
-        where = (f"in slot {hidden}, masked out" if hidden is not None else "cropped, dropped or never written")
-        return (f" fed: the chain skips token {skipped} at position {j}, the target's choice there (call "
-                f"#{chosen[skipped]}): its key/value is {where} {_mask_cause(chains, skipped)}")
-    return (" fed: the position ids run ahead of the chain the row attends (counted past the row's own tokens: "
-            "from another row's acceptance, the batch's largest one, or holes counted as tokens)")
-
-
-def _mask_cause(chains: Chains, token: int) -> str:
-    """The likely cause of a committed ``token`` left out of a row's chain."""
-    if token in chains.history.stream.pad:
-        return (f"(a mask derived from token values hides every token equal to the pad id {token}, "
-                "the target's own output included)")
-    return "(a crop or mask of the wrong length, or another row's crop applied to this row)"
-
-
-def _hidden(chains: Chains, i: int, s: int, j: int):
-    """A masked cached slot of row ``i`` before ``s`` holding position ``j``, or None."""
-    t = min(s, chains.cached)
-    if t == 0:
-        return None
-    labels = chains.history.labels.lookup(chains.history.hashes[i, :t].contiguous())  # [t, 4]
-    for h in range(t):
-        if not chains.attended[i, h] and int(labels[h, 3]) == WRITTEN and int(labels[h, 1]) == j:
-            return h
-    return None
 
 
 #: The correctness invariants, in order (Spec §3.12): C1 on every forward call, C2 and C3
