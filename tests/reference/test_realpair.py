@@ -25,6 +25,8 @@ import os
 import pytest
 import torch
 
+from _realpair import opt_in
+
 from batchspec import generate
 from batchspec.models import registry
 
@@ -48,12 +50,7 @@ FLOAT64_PROMPTS = int(os.environ.get("BATCHSPEC_REALPAIR_F64_PROMPTS", "4"))
 
 @pytest.fixture(scope="module", autouse=True)
 def _opt_in(request):
-    markexpr = request.config.option.markexpr or ""
-    if "realpair" not in markexpr or "not realpair" in markexpr:
-        pytest.skip(f"real-pair tests are opt-in: {HOW}")
-    available, reason = registry.availability("qwen2.5-coder")
-    if not available:
-        pytest.skip(f"qwen2.5-coder is {reason}, then `pytest -m realpair tests/reference/test_realpair.py`")
+    opt_in(request, HOW)
 
 
 def load(dtype):
