@@ -78,7 +78,7 @@ def position_cause(chains: Chains, i: int, s: int, j: int, position: int) -> str
     # a committed token the row's mask hides, with positions still counting it (the first call that hid it
     # was flagged at its input; a later call's context is that call's chain, so the hole is found here),
     # written by a call that attended it or fed it masked (a mask read off the token values, at its input)
-    hole = next((d for d in diversions(chains, 0, (WRITTEN, PADDING)) if d[0] == i and d[1] < s), None)
+    hole = next((d for d in diversions(chains, 0, masked_inputs=True) if d[0] == i), None)
     if hole is not None:
         _, h, x, p, chose, _instead = hole
         return (f" fed: the position ids run ahead of the chain the row attends, which masks out slot {h}, "
@@ -118,16 +118,15 @@ def masked_input(chains: Chains, i: int, s: int, j: int, token: int):
     return None
 
 
-def diversions(chains: Chains, c: int, flags=(WRITTEN,)) -> list[tuple]:
-    """Per row, its first masked cached slot from ``c`` on, labelled with one of ``flags``, that
-    holds the target's own choice continuing the row's chain (same prefix, same position) where
-    the row goes on with another token: ``(row, slot, token, position, the call that chose it,
-    the token instead)``."""
+def diversions(chains: Chains, c: int, masked_inputs: bool = False) -> list[tuple]:
+    """Per row, its first masked cached slot from ``c`` on, written by a call that attended it
+    (also by one that fed it masked, with ``masked_inputs``), that holds the target's own choice
+    continuing the row's chain (same prefix, same position) where the row goes on with another
+    token: ``(row, slot, token, position, the call that chose it, the token instead)``."""
     t, att = chains.cached, chains.attended
     label = chains.context[:, c:]  # (before ``checked``: the previous call's holes, looked at then)
-    written = label[..., 3] == flags[0]
-    for flag in flags[1:]:
-        written |= label[..., 3] == flag
+    flag = label[..., 3]
+    written = ((flag == WRITTEN) | (flag == PADDING)) if masked_inputs else flag == WRITTEN
     hidden = ~att[:, c:t] & (chains.rank[:, c:t] >= 0) & written  # [B, T - c]: holes in the chain
     if not bool(hidden.any()):
         return []
