@@ -75,6 +75,12 @@ class Chains:
     #: until the call is logged: ``(node, rows)`` of the previous call whose chains this one
     #: continues by rank (History._moved), each row attending a run of cached slots ending at ``T - 1``
     moved_from: tuple | None = None
+    #: a call read as lists (:mod:`.small`): ``(ranks, nodes)`` of its last column, per row
+    tail: tuple | None = None
+    #: a call read as lists: every input is fed at the position equal to its rank (C1's position clause)
+    at_rank: bool | None = None
+    #: a call read as lists: ``(nodes, befores, tokens, ranks)`` of its inputs, row-major (stream.fed_inputs)
+    lists: tuple | None = None
 
     @property
     def every(self) -> bool:

@@ -31,6 +31,7 @@ from .chains import UNREAD, DEPTH, Chains, Moved
 from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
+from .small import SMALL, few
 from .stream import Stream
 
 
@@ -115,7 +116,7 @@ class History:
             # up to the first slot whose mask changed, the chain is the previous call's, checked then
             changed = (attended[:, :t] != before.attended[:, :t]).any(0).nonzero()
             checked = int(changed[0]) if changed.numel() else t
-            marks = self._marks(before, checked)
+            marks = self.marks(before, checked)
         else:
             context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
                 torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]
@@ -127,7 +128,7 @@ class History:
                       _context=context, _marks=marks)
 
     @staticmethod
-    def _marks(before: Chains, upto: int):
+    def marks(before: Chains, upto: int):
         """What :meth:`Stream.attended` carries into a call whose first ``upto`` cached slots
         are elements of ``before``'s chain: ``before``'s rejected slots, ``upto``, how many
         nodes had been rejected then, and the nodes ``before`` fed."""
@@ -163,7 +164,7 @@ class History:
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, ranks, token, node - contrib, node, self, checked=t,
                       source=Moved(before, slot, at, att, rows), depth=self._bounded(before),
-                      _marks=self._marks(before, t), moved_from=(before.node, rows))
+                      _marks=self.marks(before, t), moved_from=(before.node, rows))
 
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
@@ -191,29 +192,36 @@ class History:
         call appends to the previous call's columns: work in what the call feeds)."""
         ids, fed = call.input_ids, attended[:, t:]
         every = bool(fed.all())
+        b, n = ids.shape
+        if every and 0 < b * n <= SMALL:
+            return few(self, call, attended, before, t)
         weights = self.hasher.weight_table(t + ids.shape[1], ids.device)
         rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
         # every input attended (the common case): every rank is an element's, nothing to mask
         contrib = (ids + 1) * torch.take(weights, rank_in) if every else \
             (ids + 1) * torch.take(weights, rank_in.clamp(min=0)) * fed
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
-        cols = self.columns.get(call.model)
-        if cols is None:
-            cols = self.columns[call.model] = (Columns(), Columns())
+        cols = self.columns_of(call.model)
         # rank, token, before and node as one [B, T + n, 4] column each: one append, not four
         prefix = head(before.quad, t) if before.quad is not None else \
             torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
-        b, n = ids.shape
         quad, new = cols[0].reserve(prefix, b, n, (4,), rank_in.dtype, rank_in.device)
         torch.stack([rank_in, like(ids, rank_in), node_in - contrib, node_in], -1, out=new)  # (written in place)
         chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
-                        _marks=self._marks(before, t), quad=quad, _every=every, extends=before.node)
+                        _marks=self.marks(before, t), quad=quad, _every=every, extends=before.node)
         if before._labels is None:  # (built now into this model's column: this call's labels then append in place)
             before._labels = cols[1].append(before.context, before.written())
         chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
         chains.written(out=new)
         chains._context = chains._labels[:, :t]
         return chains
+
+    def columns_of(self, model: str) -> tuple:
+        """This model's two :class:`~batchspec.invariants.columns.Columns`: chain elements, labels."""
+        cols = self.columns.get(model)
+        if cols is None:
+            cols = self.columns[model] = (Columns(), Columns())
+        return cols
 
     @staticmethod
     def _bounded(before: Chains) -> int:

@@ -67,6 +67,7 @@ class Hasher:
     def __init__(self):
         self._weights: dict = {}
         self._chain = torch.zeros(0, dtype=torch.int64)
+        self._chain_list: list = []
 
     def weights(self, dim: int, device) -> torch.Tensor:
         """Fixed random odd int64 weights ``[dim]``."""
@@ -104,6 +105,12 @@ class Hasher:
         """``R[0 .. n-1]``: a chain ``x_0 .. x_{j-1}`` has hash ``Σ (x_l + 1) R[l]``
         (wrapping int64), so the hash of every prefix is one cumulative sum."""
         return self.weight_table(n, device)[:n]
+
+    def weight_list(self, n: int) -> list:
+        """:meth:`chain_weights` as Python ints, at least ``n`` of them (:mod:`.small`)."""
+        if len(self._chain_list) < n:
+            self._chain_list = self.weight_table(n, self._chain.device).tolist()
+        return self._chain_list
 
     def weight_table(self, n: int, device) -> torch.Tensor:
         """:meth:`chain_weights`, at least ``n`` of them: for ``torch.take``, which reads

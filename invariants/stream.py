@@ -229,8 +229,11 @@ class Stream:
 def fed_inputs(chains) -> tuple[list, list]:
     """``(rows, [nodes, befores, tokens, ranks])``: the call's attended inputs in chain
     order, as plain lists (one transfer; no index when every row feeds every input)."""
-    t, fed = chains.cached, chains.attended[:, chains.cached:]
-    every = chains.every
+    t, every = chains.cached, chains.every
+    b, n = chains.call.input_ids.shape
+    if every and chains.lists is not None:  # read as lists (.small)
+        return sorted(list(range(b)) * n), list(chains.lists)
+    fed = chains.attended[:, t:]
     if every and chains.quad is not None:  # rank, token, before, node side by side (History._inputs)
         ranks, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
         columns = [nodes, befores, tokens, ranks]
@@ -240,7 +243,6 @@ def fed_inputs(chains) -> tuple[list, list]:
         if not every:
             return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()
         columns = table.flatten(1).tolist()
-    b, n = fed.shape
     return sorted(list(range(b)) * n), columns  # each input's row, row-major
 
 

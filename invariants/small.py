@@ -1,0 +1,108 @@
+"""A call of few inputs that extends the previous call's chain, read as plain lists (Spec §3.12.1, §3.12.2).
+
+Most calls of a speculative decoder feed one token a row (a draft step) and
+append to the chain the model's previous call left (:meth:`History._inputs
+<batchspec.invariants.history.History._inputs>`). Their new columns are a few
+dozen integers; a tensor operation costs microseconds whatever its size, a
+list operation a fraction of one. So, up to :data:`SMALL` inputs, the chain
+elements of the inputs (rank, token, the hash of the chain before, the hash
+up to and including) and the labels of the slots they write are computed
+here, row by row, with the same wrap-around int64 arithmetic as the tensor
+path (:meth:`~batchspec.invariants.slots.Hasher.chain_weights`: a chain's hash
+is ``Σ (x_l + 1) R[l]`` modulo ``2**64``), and written into the checker's
+columns in one copy each. The lists are kept on the call's
+:class:`~batchspec.invariants.chains.Chains`: C1's position clause reads them
+(:attr:`~batchspec.invariants.chains.Chains.at_rank`), the stream memo walks
+them (:func:`~batchspec.invariants.stream.fed_inputs`), and the next call
+continues from the last column (:func:`tail`).
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import torch
+
+from .chains import Chains
+from .columns import head
+from .slots import WRITTEN
+
+#: Up to this many inputs (rows times columns), a call that extends the previous call's chain is read as lists.
+SMALL = 256
+_MOD, _HALF = 1 << 64, 1 << 63
+
+
+def wrap(x: int) -> int:
+    """``x`` as an int64 wraps it (two's complement, modulo ``2**64``)."""
+    return (x + _HALF) % _MOD - _HALF
+
+
+def tail(before, t: int) -> tuple[list, list]:
+    """``(ranks, nodes)``, per row, of column ``t - 1`` of ``before`` (a :class:`Chains`):
+    its own lists when that is its last column, else read from its tensors."""
+    if before.tail is not None and before.node.shape[1] == t:
+        return before.tail
+    ranks, nodes = torch.stack([before.rank[:, t - 1], before.node[:, t - 1]]).tolist()
+    return ranks, nodes
+
+
+def extend(weights: list, ranks: list, nodes: list, ids: list, positions: list | None) -> tuple:
+    """The chain elements of inputs ``ids`` ``[B][n]``, every one attended, after each row's
+    last element (``ranks[i]``, ``nodes[i]``): ``(quad, labels, at_rank, columns)``.
+    ``quad``: per input, row-major, its rank, token, the hash before and the hash after,
+    flat (``[B, n, 4]``, :meth:`History._inputs`); ``labels``: per input, what its slot holds
+    (token, position fed, the hash before, ``WRITTEN``; :meth:`Chains.written`), flat;
+    ``at_rank``: every input is fed at the position equal to its rank (None when
+    ``positions`` is not one per input); ``columns``: ``(nodes, befores, tokens, ranks)``,
+    row-major (:func:`~batchspec.invariants.stream.fed_inputs`)."""
+    quad, labels, at_rank = [], [], positions is not None
+    after, before, tokens, rank = [], [], [], []
+    for i, (r, h, row) in enumerate(zip(ranks, nodes, ids)):
+        fed = positions[i] if positions is not None else row
+        for x, p in zip(row, fed):
+            r += 1
+            g = wrap(h + (x + 1) * weights[r])
+            quad += (r, x, h, g)
+            labels += (x, p, h, WRITTEN)
+            after.append(g)
+            before.append(h)
+            tokens.append(x)
+            rank.append(r)
+            at_rank = at_rank and p == r
+            h = g
+    return quad, labels, at_rank if positions is not None else None, (after, before, tokens, rank)
+
+
+def fill(out: torch.Tensor, flat: list) -> torch.Tensor:
+    """``out`` (int64 ``[B, n, 4]``: a :class:`~batchspec.invariants.columns.Columns` slot) written
+    from ``flat``, its elements in order: one copy from an int64 buffer (building a tensor
+    from a list reads each element as a Python object, several times slower)."""
+    return out.copy_(torch.frombuffer(array("q", flat), dtype=torch.int64).view(out.shape))
+
+
+def few(history, call, attended: torch.Tensor, before, t: int):
+    """:meth:`History._inputs <batchspec.invariants.history.History._inputs>` for a call of at
+    most :data:`SMALL` inputs, every one attended: the same :class:`Chains`, its new columns
+    computed as lists (:func:`extend`) and written in one copy each."""
+    ids, positions = call.input_ids, call.position_ids
+    b, n = ids.shape
+    ranks, nodes = tail(before, t)
+    fed = positions.tolist() if tuple(positions.shape) == (b, n) else None
+    quad, labels, at_rank, columns = extend(history.hasher.weight_list(t + n), ranks, nodes, ids.tolist(), fed)
+    cols = history.columns_of(call.model)
+    prefix = head(before.quad, t) if before.quad is not None else \
+        torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
+    whole, new = cols[0].reserve(prefix, b, n, (4,), torch.int64, ids.device)
+    fill(new, quad)
+    chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=t,
+                    _marks=history.marks(before, t), quad=whole, _every=True, extends=before.node,
+                    tail=(columns[3][n - 1::n], columns[0][n - 1::n]), at_rank=at_rank, lists=columns)
+    if before._labels is None:
+        before._labels = cols[1].append(before.context, before.written())
+    chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
+    if fed is None:
+        chains.written(out=new)
+    else:
+        chains._written = fill(new, labels)
+    chains._context = chains._labels[:, :t]
+    return chains
