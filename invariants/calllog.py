@@ -25,18 +25,24 @@ class CallLog:
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
-               extends: torch.Tensor | None = None, moved: tuple | None = None) -> None:
+               extends: torch.Tensor | None = None, moved: tuple | None = None, fed: list | None = None) -> None:
         """``extends``: the node of the call this one's first ``T`` columns are known to
         repeat, attended alike (none to compare when it is this model's last logged call).
         ``moved``: ``(node, rows)`` of the call whose chains this one's rows continue by
         rank, each attending a run of its cached slots that ends at slot ``T - 1``
-        (History._moved): kept as each row's length, not as its columns."""
+        (History._moved): kept as each row's length, not as its columns. ``fed``: the nodes
+        of the inputs, row-major, every one attended (a call read as lists, ``.small``):
+        with ``extends``, kept as that list (made a tensor only when the log is read)."""
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
         if last is not None and t and moved is not None and last[0] is moved[0]:
             kept = (moved[1], attended[:, :t].sum(1), t)
         elif last is not None and t and last[0] is extends and extends.shape[1] == t:
             kept = t
+            if fed is not None:
+                self._entries.append((number, model, kept, fed, None, n))
+                self._last[model] = (node, attended)
+                return
         elif last is not None and t and last[0].shape[0] == node.shape[0]:
             w = min(t, last[0].shape[1])
             if (same_view(node[:, :w], last[0][:, :w]) or torch.equal(node[:, :w], last[0][:, :w])) \
@@ -56,6 +62,9 @@ class CallLog:
     def __iter__(self):
         built: dict = {}  # model -> (node, attended) of its last call, rebuilt
         for number, model, kept, node, attended, n in self._entries:
+            if attended is None:  # inputs kept as a list, every one attended
+                node = torch.tensor(node, dtype=torch.int64, device=built[model][0].device).view(-1, n)
+                attended = torch.ones(node.shape, dtype=torch.bool, device=node.device)
             if isinstance(kept, tuple):
                 node, attended = _carried(*built[model], *kept, node, attended)
             elif kept:

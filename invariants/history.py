@@ -267,7 +267,7 @@ class History:
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
         self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1],
-                        chains.extends, chains.moved_from)
+                        chains.extends, chains.moved_from, chains.lists[0] if chains.lists else None)
         chains.extends = chains.moved_from = None
         if call.model == "target" and call.logits is not None:
             self._choices(chains)

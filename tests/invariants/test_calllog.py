@@ -28,7 +28,8 @@ def test_the_log_reads_back_every_call_as_it_was(decoder, monkeypatch):
     seen, append = [], CallLog.append
 
     def spy(self, number, model, node, attended, n, *hints):
-        seen.append((number, model, node.clone(), attended.clone(), n, bool(hints and hints[-1] is not None)))
+        seen.append((number, model, node.clone(), attended.clone(), n, len(hints) > 1 and hints[1] is not None,
+                     len(hints) > 2 and hints[2] is not None))
         append(self, number, model, node, attended, n, *hints)
 
     monkeypatch.setattr(CallLog, "append", spy)
@@ -37,8 +38,9 @@ def test_the_log_reads_back_every_call_as_it_was(decoder, monkeypatch):
         DECODERS[decoder](target, draft)
     logged = list(w.history.log)
     assert len(logged) == len(seen) == w.calls
-    for (number, model, node, attended, n), (number2, model2, node2, attended2, n2, _) in zip(logged, seen):
+    for (number, model, node, attended, n), (number2, model2, node2, attended2, n2, *_) in zip(logged, seen):
         assert (number, model, n) == (number2, model2, n2)
         assert torch.equal(node, node2) and torch.equal(attended, attended2), (decoder, number)
     if decoder in ("eqspec", "outside", "repad"):  # decoders that realign: some calls kept by length
-        assert any(moved for *_, moved in seen)
+        assert any(moved for *_, moved, _listed in seen)
+    assert any(listed for *_, listed in seen)  # calls of few inputs, kept as the list of their nodes (.small)
