@@ -25,18 +25,23 @@ class CallLog:
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
-               extends: torch.Tensor | None = None, moved: tuple | None = None, fed: list | None = None) -> None:
+               extends: torch.Tensor | None = None, moved: tuple | None = None, fed: list | None = None,
+               repeats: int | None = None) -> None:
         """``extends``: the node of the call this one's first ``T`` columns are known to
         repeat, attended alike (none to compare when it is this model's last logged call).
         ``moved``: ``(node, rows)`` of the call whose chains this one's rows continue by
         rank, each attending a run of its cached slots that ends at slot ``T - 1``
         (History._moved): kept as each row's length, not as its columns. ``fed``: the nodes
         of the inputs, row-major, every one attended (a call read as lists, ``.small``):
-        with ``extends``, kept as that list (made a tensor only when the log is read)."""
+        with ``extends``, kept as that list (made a tensor only when the log is read).
+        ``repeats``: how many first columns are known to be ``extends``', attended alike
+        (a mask that changed from there on, read as lists: ``.small.few_changed``)."""
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
         if last is not None and t and moved is not None and last[0] is moved[0]:
             kept = (moved[1], attended[:, :t].sum(1), t)
+        elif last is not None and repeats is not None and last[0] is extends:
+            kept = repeats
         elif last is not None and t and last[0] is extends and extends.shape[1] == t:
             kept = t
             if fed is not None:

@@ -81,6 +81,10 @@ class Chains:
     at_rank: bool | None = None
     #: a call read as lists: ``(nodes, befores, tokens, ranks)`` of its inputs, row-major (stream.fed_inputs)
     lists: tuple | None = None
+    #: C1's first two clauses hold, checked as lists (.small.few_changed): nothing left to check there
+    clean: bool = False
+    #: until the call is logged: its first ``repeats`` columns are those of ``extends``, attended alike
+    repeats: int | None = None
 
     @property
     def every(self) -> bool:

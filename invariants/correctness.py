@@ -65,7 +65,7 @@ def one_chain(chains: Chains) -> list[Violation]:
 def _chain(chains: Chains) -> list[Violation]:
     """C1's first two clauses: one chain at positions ``0, 1, …``; no committed token hidden."""
     t, att, rank = chains.cached, chains.attended, chains.rank
-    if chains.checked == t and chains.every and chains.at_rank:  # (read as lists: .small)
+    if chains.clean or (chains.checked == t and chains.every and chains.at_rank):  # (read as lists: .small)
         return []
     positions = like(chains.call.position_ids, rank)  # [B, n]
     if chains.checked == t and chains.every and chains.at_rank is None and torch.equal(positions, rank[:, t:]):

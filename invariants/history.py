@@ -31,7 +31,7 @@ from .chains import UNREAD, DEPTH, Chains, Moved
 from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
-from .small import SMALL, few
+from .small import few, few_changed
 from .stream import Stream
 
 
@@ -116,6 +116,9 @@ class History:
             # up to the first slot whose mask changed, the chain is the previous call's, checked then
             changed = (attended[:, :t] != before.attended[:, :t]).any(0).nonzero()
             checked = int(changed[0]) if changed.numel() else t
+            listed = few_changed(self, call, attended, before, t, checked, context) if checked < t else None
+            if listed is not None:
+                return listed
             marks = self.marks(before, checked)
         else:
             context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
@@ -192,9 +195,10 @@ class History:
         call appends to the previous call's columns: work in what the call feeds)."""
         ids, fed = call.input_ids, attended[:, t:]
         every = bool(fed.all())
+        listed = few(self, call, attended, before, t) if every else None
+        if listed is not None:
+            return listed
         b, n = ids.shape
-        if every and 0 < b * n <= SMALL:
-            return few(self, call, attended, before, t)
         weights = self.hasher.weight_table(t + ids.shape[1], ids.device)
         rank_in = before.rank[:, t - 1: t] + fed.cumsum(1)  # [B, n]
         # every input attended (the common case): every rank is an element's, nothing to mask
@@ -267,7 +271,7 @@ class History:
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
         self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1],
-                        chains.extends, chains.moved_from, chains.lists[0] if chains.lists else None)
+                        chains.extends, chains.moved_from, chains.lists[0] if chains.lists else None, chains.repeats)
         chains.extends = chains.moved_from = None
         if call.model == "target" and call.logits is not None:
             self._choices(chains)

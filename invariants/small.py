@@ -25,7 +25,7 @@ import torch
 
 from .chains import Chains
 from .columns import head
-from .slots import WRITTEN
+from .slots import BLIND, PADDING, WRITTEN
 
 #: Up to this many inputs (rows times columns), a call that extends the previous call's chain is read as lists.
 SMALL = 256
@@ -83,9 +83,11 @@ def fill(out: torch.Tensor, flat: list) -> torch.Tensor:
 def few(history, call, attended: torch.Tensor, before, t: int):
     """:meth:`History._inputs <batchspec.invariants.history.History._inputs>` for a call of at
     most :data:`SMALL` inputs, every one attended: the same :class:`Chains`, its new columns
-    computed as lists (:func:`extend`) and written in one copy each."""
+    computed as lists (:func:`extend`) and written in one copy each. None for a larger call."""
     ids, positions = call.input_ids, call.position_ids
     b, n = ids.shape
+    if not 0 < b * n <= SMALL:
+        return None
     ranks, nodes = tail(before, t)
     fed = positions.tolist() if tuple(positions.shape) == (b, n) else None
     quad, labels, at_rank, columns = extend(history.hasher.weight_list(t + n), ranks, nodes, ids.tolist(), fed)
@@ -104,5 +106,73 @@ def few(history, call, attended: torch.Tensor, before, t: int):
         chains.written(out=new)
     else:
         chains._written = fill(new, labels)
+    chains._context = chains._labels[:, :t]
+    return chains
+
+
+def few_changed(history, call, attended: torch.Tensor, before, t: int, c: int, context: torch.Tensor):
+    """The :class:`Chains` of a call whose cached slots hold what its model's previous call
+    left but whose mask changed from column ``c`` on (holes: a rejected draft masked out),
+    when columns ``c ..`` number at most :data:`SMALL` over the batch, read as lists; and C1's
+    first two clauses checked on them (Spec §3.12.2: every attended slot labelled for its rank
+    after its prefix, every attended input fed at its rank, no masked input after the chain
+    began, no masked slot that holds the target's own choice continuing the chain, the
+    tensor path's ``_chain`` and ``diversions``). None when any of them fails, or needs a
+    column before ``c``: the tensor path then reads the call and says what is wrong.
+    ``context``: the labels ``[B, T, 4]`` of the cached slots (the previous call's)."""
+    ids, positions = call.input_ids, call.position_ids
+    b, n = ids.shape
+    m = t + n - c
+    if not 0 < b * m <= SMALL or tuple(positions.shape) != (b, n):
+        return None
+    ranks, nodes = tail(before, c) if c else ([-1] * b, [0] * b)
+    att, labels = attended[:, c:].tolist(), context[:, c:].tolist()
+    weights, chosen, idl, fed = history.hasher.weight_list(t + n), history.chosen, ids.tolist(), positions.tolist()
+    quad, written, every = [], [], True
+    columns = ([], [], [], [])  # the inputs' nodes, befores, tokens, ranks (all attended: stream.fed_inputs)
+    for i in range(b):
+        r, h, row, holes = ranks[i], nodes[i], [], []
+        for k in range(m):
+            cached = k < t - c
+            x, p, prefix, flag = labels[i][k] if cached else (idl[i][k - t + c], fed[i][k - t + c], None, WRITTEN)
+            if att[i][k]:
+                r += 1
+                if p != r or (cached and not (flag <= BLIND and (prefix == h or flag == BLIND))):
+                    return None
+                g = wrap(h + (x + 1) * weights[r])
+            else:
+                if r >= 0 and not cached:
+                    return None  # an input masked out after the chain began
+                if r >= 0 and flag == WRITTEN:
+                    holes.append((x, max(p, 0), prefix))
+                g, every = h, every and cached
+            row.append((r, x, h, g))
+            if not cached:
+                written += (x, p, h, WRITTEN if att[i][k] else PADDING)
+                for column, value in zip(columns, (g, h, x, r)):
+                    column.append(value)
+            h = g
+        for x, j, prefix in holes:  # the chain element at the hole's position, by its rank
+            if ranks[i] >= j:
+                return None  # before column c
+            element = next((e for e in row if e[0] >= j), None)
+            if element is not None and element[0] == j and element[2] == prefix and element[1] != x \
+                    and x in chosen.get(prefix, {}):
+                return None
+        quad += [v for element in row for v in element]
+    cols = history.columns_of(call.model)
+    prefix = head(before.quad, c) if before.quad is not None and before.quad.shape[1] >= c else \
+        torch.stack([before.rank[:, :c], before.token[:, :c], before.before[:, :c], before.node[:, :c]], -1)
+    whole, new = cols[0].reserve(prefix if c else None, b, m, (4,), torch.int64, ids.device)
+    fill(new, quad)
+    rows = [quad[4 * (m * i + m - 1): 4 * (m * i + m)] for i in range(b)]
+    chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=c, _context=context,
+                    _marks=history.marks(before, c), quad=whole, _every=every, extends=before.node,
+                    tail=([e[0] for e in rows], [e[3] for e in rows]), at_rank=True, lists=columns if every else None,
+                    clean=True, repeats=c)
+    if before._labels is None:
+        before._labels = cols[1].append(before.context, before.written())
+    chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
+    chains._written = fill(new, written)
     chains._context = chains._labels[:, :t]
     return chains

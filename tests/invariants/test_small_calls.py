@@ -9,6 +9,7 @@ from _broken_helpers import K, N, WITH_PAD_ID, pair
 from _catch import check_catch
 
 from batchspec.invariants import history as history_module
+from batchspec.invariants import small as small_module
 from batchspec.invariants import watch
 from batchspec.invariants.small import extend, fill, wrap
 
@@ -45,16 +46,29 @@ def test_extend_matches_the_tensor_formula_where_sums_wrap():
 
 
 def _counted(monkeypatch) -> list:
-    """A list that grows by one at each call read as lists."""
-    read_as_lists, few = [], history_module.few
-    monkeypatch.setattr(history_module, "few", lambda *a: read_as_lists.append(1) or few(*a))
+    """A list that gets ``"few"`` at each call that appends read as lists, ``"few_changed"`` at
+    each call whose mask changed read as lists."""
+    read_as_lists = []
+
+    def counting(name):
+        read = getattr(small_module, name)
+
+        def counted(*args):
+            chains = read(*args)
+            if chains is not None:
+                read_as_lists.append(name)
+            return chains
+        return counted
+
+    for name in ("few", "few_changed"):
+        monkeypatch.setattr(history_module, name, counting(name))
     return read_as_lists
 
 
-def _state(layout: str, small: int, monkeypatch) -> tuple:
-    """What ``watch`` remembers of one correct run of the bug decoders' ``layout``, and how many
+def _state(layout: str, size: int, monkeypatch) -> tuple:
+    """What ``watch`` remembers of one correct run of the bug decoders' ``layout``, and which
     calls it read as lists."""
-    monkeypatch.setattr(history_module, "SMALL", small)
+    monkeypatch.setattr(small_module, "SMALL", size)
     read_as_lists = _counted(monkeypatch)
     target, draft = pair()
     with watch(target=target, draft=draft) as w:
@@ -65,33 +79,35 @@ def _state(layout: str, small: int, monkeypatch) -> tuple:
     log = [(number, model, node.tolist(), attended.tolist()) for number, model, node, attended, _n in history.log]
     stream = history.stream
     return (dict(history.labels.labels), history.chosen, log, stream.grounded, stream.rejected, stream.odd,
-            stream.proposed), len(read_as_lists)
+            stream.proposed), set(read_as_lists)
 
 
 @pytest.mark.parametrize("layout", ["repad", "right_holes", "static"])
 def test_a_run_is_read_alike_as_lists_and_as_tensors(layout, monkeypatch):
     """Every label, choice, logged chain and stream mark of a whole run is the same with calls
     of few inputs read as lists and with every call read as tensors (``SMALL = 0``)."""
-    as_lists, listed = _state(layout, history_module.SMALL, monkeypatch)
+    as_lists, listed = _state(layout, small_module.SMALL, monkeypatch)
     as_tensors, none = _state(layout, 0, monkeypatch)
-    assert listed > 0 and none == 0
+    assert listed == ({"few", "few_changed"} if layout == "right_holes" else {"few"}) and not none
     assert as_lists == as_tensors
 
 
-@pytest.mark.parametrize("small", [history_module.SMALL, 0])
-def test_positions_not_advanced_caught_alike_as_lists_and_as_tensors(small, monkeypatch):
-    """C1's position clause read from the lists: positions that lag are caught at the same call
-    with the same cause with calls of few inputs read as lists and as tensors."""
-    monkeypatch.setattr(history_module, "SMALL", small)
-    check_catch("positions", "right_holes")
-    check_catch("positions", "static")
+@pytest.mark.parametrize("size", [small_module.SMALL, 0])
+@pytest.mark.parametrize("bug", ["positions", "pad_from_ids", "stale", "crop_rows", "bonus_draft"])
+def test_planted_bugs_caught_alike_as_lists_and_as_tensors(bug, size, monkeypatch):
+    """C1 read from the lists: positions that lag, a mask that hides a committed token, rejected
+    drafts left attended, one row's crop applied to all, a bonus from the draft: each caught at
+    its first wrong call with its cause, with small calls read as lists and as tensors."""
+    monkeypatch.setattr(small_module, "SMALL", size)
+    check_catch(bug, "right_holes")
+    check_catch(bug, "static")
 
 
-@pytest.mark.parametrize("small", [history_module.SMALL, 0])
-def test_a_one_token_call_fed_at_a_wrong_position_is_caught(small, monkeypatch):
+@pytest.mark.parametrize("size", [small_module.SMALL, 0])
+def test_a_one_token_call_fed_at_a_wrong_position_is_caught(size, monkeypatch):
     """A one-token call that appends to the previous call's chain (read as lists) with one row
     fed one position ahead: C1 flags that row at that call, as the tensor path does."""
-    monkeypatch.setattr(history_module, "SMALL", small)
+    monkeypatch.setattr(small_module, "SMALL", size)
     read_as_lists = _counted(monkeypatch)
     target, draft = pair()
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
@@ -100,6 +116,42 @@ def test_a_one_token_call_fed_at_a_wrong_position_is_caught(small, monkeypatch):
         draft(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache)
         draft(input_ids=torch.tensor([[13], [14]]), attention_mask=torch.ones((2, 5), dtype=torch.long),
               position_ids=torch.tensor([[4], [5]]), cache=cache)
-    assert len(read_as_lists) == (small > 0)
+    assert read_as_lists == (["few"] if size else [])
     assert [(v.invariant, v.call, v.row) for v in w.violations] == [("C1", 2, 1)], w.report()
     assert "position" in w.violations[0].detail
+
+
+def _masked_again(size: int, hide: int, monkeypatch) -> tuple:
+    """The target prefills ``[5, 6, 40, 8]`` and is fed its own choice ``y`` at position 4; then a
+    call masks out slot ``hide`` (the mask changed, the cache did not) and feeds a token ``z``
+    that is not ``y`` at the position that follows what it attends (``hide`` 4: the chain
+    reads ``z`` at 4, where the target chose ``y``; ``hide`` 2: a hole inside the prompt, where
+    40 is not the target's choice after ``[5, 6]``, so only the slot after it breaks the
+    chain). ``(violations, what few_changed returned)``."""
+    monkeypatch.setattr(small_module, "SMALL", size)
+    returned, read = [], small_module.few_changed
+    monkeypatch.setattr(history_module, "few_changed", lambda *a: returned.append(read(*a)) or returned[-1])
+    target, draft = pair()
+    ids = torch.tensor([[5, 6, 40, 8]])
+    with watch(target=target, draft=draft, check="record") as w:
+        cache = DynamicCache(config=target.config)
+        y = target(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache).logits[0, -1].argmax()
+        target(input_ids=y.view(1, 1), attention_mask=torch.ones((1, 5), dtype=torch.long), cache=cache)
+        mask = torch.ones((1, 6), dtype=torch.long)
+        mask[0, hide] = 0
+        target(input_ids=(y + 1).view(1, 1) % target.config.vocab_size, attention_mask=mask,
+               position_ids=torch.tensor([[4]]), cache=cache)
+    return [(v.invariant, v.call, v.row, v.detail) for v in w.violations], returned
+
+
+@pytest.mark.parametrize("hide, cause", [(4, "the mask hides a committed token"), (2, "slot 3")])
+def test_a_changed_mask_that_breaks_the_chain_is_caught_alike(hide, cause, monkeypatch):
+    """A call whose mask changed (read as lists when small) that hides the target's own choice
+    and goes on with another token there (``hide = 4``), or leaves a hole inside the prompt
+    (``hide = 2``): the list path declines it and the tensor path reports it at that call, with
+    the same violations as when every call is read as tensors."""
+    listed, tried = _masked_again(small_module.SMALL, hide, monkeypatch)
+    tensors, not_tried = _masked_again(0, hide, monkeypatch)
+    assert tried == [None] and not_tried == [None]  # (SMALL = 0: declined for its size)
+    assert listed == tensors and [v[:3] for v in listed] == [("C1", 3, 0)], listed
+    assert cause in listed[0][3]
