@@ -161,9 +161,9 @@ def few_changed(history, call, attended: torch.Tensor, before, t: int, c: int, c
                 return None
         quad += [v for element in row for v in element]
     cols = history.columns_of(call.model)
-    prefix = head(before.quad, c) if before.quad is not None and before.quad.shape[1] >= c else \
+    kept = head(before.quad, c) if before.quad is not None else \
         torch.stack([before.rank[:, :c], before.token[:, :c], before.before[:, :c], before.node[:, :c]], -1)
-    whole, new = cols[0].reserve(prefix if c else None, b, m, (4,), torch.int64, ids.device)
+    whole, new = cols[0].reserve(kept if c else None, b, m, (4,), torch.int64, ids.device)
     fill(new, quad)
     rows = [quad[4 * (m * i + m - 1): 4 * (m * i + m)] for i in range(b)]
     chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=c, _context=context,
