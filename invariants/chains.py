@@ -85,6 +85,8 @@ class Chains:
     clean: bool = False
     #: until the call is logged: its first ``repeats`` columns are those of ``extends``, attended alike
     repeats: int | None = None
+    #: C1 re-read some of its context labels from the table (correctness._confirm)
+    confirmed: bool = False
 
     @property
     def every(self) -> bool:

@@ -190,7 +190,7 @@ def _confirm(chains: Chains, bad: torch.Tensor) -> None:
     if not bool(slots.any()):
         return
     fresh = chains.history.labels.lookup(on(chains.history.hashes[:, :t], slots.device)[slots])  # [M, 4]
-    chains._context, chains._labels = chains.context.clone(), None
+    chains._context, chains._labels, chains.confirmed = chains.context.clone(), None, True
     chains._context[slots] = fresh
     rank, before = chains.rank[:, :t][slots], chains.before[:, :t][slots]
     flag, position = fresh[:, 3], fresh[:, 1]

@@ -120,6 +120,11 @@ class History:
             if listed is not None:
                 return listed
             marks = self.marks(before, checked)
+            # slots the previous call did not attend carry no label read then: look up those attended now
+            missing = attended[:, :t] & (context[..., 3] == UNWRITTEN)
+            if bool(missing.any()):
+                context = context.clone()
+                context[missing] = self.labels.lookup(held[missing])
         else:
             context = self._context(call.model, on(self.hashes[:, :t], device), attended[:, :t]) if t else \
                 torch.zeros((ids.shape[0], 0, 4), dtype=torch.int64, device=device)  # [B, T, 4]

@@ -89,7 +89,7 @@ def few(history, call, attended: torch.Tensor, before, t: int):
     if not 0 < b * n <= SMALL:
         return None
     ranks, nodes = tail(before, t)
-    fed = positions.tolist() if tuple(positions.shape) == (b, n) else None
+    fed = positions.tolist() if tuple(positions.shape) == (b, n) and not positions.is_floating_point() else None
     quad, labels, at_rank, columns = extend(history.hasher.weight_list(t + n), ranks, nodes, ids.tolist(), fed)
     cols = history.columns_of(call.model)
     prefix = head(before.quad, t) if before.quad is not None else \
@@ -118,12 +118,16 @@ def few_changed(history, call, attended: torch.Tensor, before, t: int, c: int, c
     after its prefix, every attended input fed at its rank, no masked input after the chain
     began, no masked slot that holds the target's own choice continuing the chain, the
     tensor path's ``_chain`` and ``diversions``). None when any of them fails, or needs a
-    column before ``c``: the tensor path then reads the call and says what is wrong.
+    column before ``c``: the tensor path then reads the call and says what is wrong. None too
+    for a call of no inputs, positions not one integer per input, or a previous call whose
+    labels C1 re-read from the table (``_confirm``: its chain tensors were built from the
+    carried labels).
     ``context``: the labels ``[B, T, 4]`` of the cached slots (the previous call's)."""
     ids, positions = call.input_ids, call.position_ids
     b, n = ids.shape
     m = t + n - c
-    if not 0 < b * m <= SMALL or tuple(positions.shape) != (b, n):
+    if not (n and b * m <= SMALL) or tuple(positions.shape) != (b, n) or positions.is_floating_point() \
+            or before.confirmed:
         return None
     ranks, nodes = tail(before, c) if c else ([-1] * b, [0] * b)
     att, labels = attended[:, c:].tolist(), context[:, c:].tolist()

@@ -11,6 +11,9 @@ from _catch import check_catch
 from batchspec.invariants import history as history_module
 from batchspec.invariants import small as small_module
 from batchspec.invariants import watch
+from batchspec.invariants.correctness import one_chain
+from batchspec.invariants.history import History
+from batchspec.invariants.observation import ForwardCall
 from batchspec.invariants.small import extend, fill, wrap
 
 
@@ -155,3 +158,53 @@ def test_a_changed_mask_that_breaks_the_chain_is_caught_alike(hide, cause, monke
     assert tried == [None] and not_tried == [None]  # (SMALL = 0: declined for its size)
     assert listed == tensors and [v[:3] for v in listed] == [("C1", 3, 0)], listed
     assert cause in listed[0][3]
+
+
+def _drive(size: int, steps: list, monkeypatch) -> list:
+    """Draft calls read by a bare :class:`History` from ``steps`` ``(ids, mask, positions, T,
+    content hashes after the call)``, as ``watch`` reads them (read, C1, remember): per call,
+    its violations ``(row, actual, detail)`` and its chain hashes."""
+    monkeypatch.setattr(small_module, "SMALL", size)
+    history, out = History(), []
+    for ids, mask, positions, t, hashes in steps:
+        ids = torch.tensor(ids, dtype=torch.long).view(len(mask), -1)
+        call = ForwardCall("draft", ids, torch.tensor(mask), torch.tensor(positions).view(ids.shape), t)
+        chains = history.read(call, torch.tensor(hashes))
+        out.append(([(v.row, v.actual, v.detail) for v in one_chain(chains)], chains.node.tolist()))
+        history.remember(chains)
+    return out
+
+
+PREFILL = ([[10, 11, 12, 13]], [[1, 1, 1, 1]], [[0, 1, 2, 3]], 0, [[101, 102, 103, 104]])
+
+
+def test_a_slot_attended_again_is_read_from_the_label_table(monkeypatch):
+    """A call that masks slot 3 (its label is then not read) and a later call over the same cache
+    that attends it again with an input computed without it: that input's prefix is wrong, and
+    C1 says so (the slot's label is looked up when it is attended again, not read as unwritten,
+    which would leave token 13 out of every later prefix), with the list paths on and off."""
+    steps = [PREFILL,
+             ([[30]], [[1, 1, 1]], [[2]], 2, [[101, 102, 302]]),  # a crop to 2, another token at 2
+             ([[40]], [[1, 1, 1, 0, 1]], [[4]], 4, [[101, 102, 103, 104, 401]]),  # the 4 slots back, 13 masked
+             ([[50]], [[1] * 6], [[5]], 5, [[101, 102, 103, 104, 401, 501]])]  # 13 attended again before 40
+    for size in (small_module.SMALL, 0):
+        found = _drive(size, steps, monkeypatch)
+        assert [v[:2] for v in found[3][0]] == [(0, "another prefix")], found[3][0]
+
+
+def test_edge_calls_read_alike_as_lists_and_as_tensors(monkeypatch):
+    """A changed mask with no inputs, float position ids, and a run where a later call attends
+    again a slot an earlier one masked, then leaves holes in one row only: the same violations
+    and chain hashes at every call with the list paths on and off."""
+    runs = [[PREFILL, ([[]], [[1, 1, 0, 0]], [[]], 4, [[101, 102, 103, 104]])],
+            [PREFILL, ([[20]], [[1] * 5], [[4.0]], 4, [[101, 102, 103, 104, 201]])],
+            [([[10, 11, 12, 13], [20, 21, 22, 23]], [[1] * 4] * 2, [[0, 1, 2, 3]] * 2, 0,
+              [[101, 102, 103, 104], [201, 202, 203, 204]]),
+             ([[30], [31]], [[1] * 3] * 2, [[2], [2]], 2, [[101, 102, 302], [201, 202, 312]]),
+             ([[40], [41]], [[1, 1, 1, 0, 1]] * 2, [[3], [3]], 4, [[101, 102, 103, 104, 401], [201, 202, 203, 204, 411]]),
+             ([[50, 51, 52], [55, 56, 57]], [[1, 1, 1, 1, 0, 1, 1, 1]] * 2, [[4, 5, 6]] * 2, 5,
+              [[101, 102, 103, 104, 401, 501, 511, 521], [201, 202, 203, 204, 411, 551, 561, 571]]),
+             ([[53], [58]], [[1, 1, 1, 1, 0, 1, 0, 0, 1], [1, 1, 1, 1, 0, 1, 1, 1, 1]], [[5], [7]], 8,
+              [[101, 102, 103, 104, 401, 501, 511, 521, 531], [201, 202, 203, 204, 411, 551, 561, 571, 581]])]]
+    for steps in runs:
+        assert _drive(small_module.SMALL, steps, monkeypatch) == _drive(0, steps, monkeypatch)
