@@ -1,10 +1,10 @@
 """A call of few inputs that extends the previous call's chain, read as plain lists (Spec §3.12.1, §3.12.2).
 
 Most calls of a speculative decoder feed one token a row (a draft step) and
-append to the chain the model's previous call left (:meth:`History._inputs
-<batchspec.invariants.history.History._inputs>`). Their new columns are a few
-dozen integers; a tensor operation costs microseconds whatever its size, a
-list operation a fraction of one. So, up to :data:`SMALL` inputs, the chain
+append to the chain the model's previous call left
+(:meth:`~batchspec.invariants.history.History._inputs`). Their new columns
+are a few dozen integers; a tensor operation costs microseconds whatever its
+size, a list operation a fraction of one. So, up to :data:`SMALL` inputs, the chain
 elements of the inputs (rank, token, the hash of the chain before, the hash
 up to and including) and the labels of the slots they write are computed
 here, row by row, with the same wrap-around int64 arithmetic as the tensor
@@ -81,7 +81,7 @@ def fill(out: torch.Tensor, flat: list) -> torch.Tensor:
 
 
 def few(history, call, attended: torch.Tensor, before, t: int):
-    """:meth:`History._inputs <batchspec.invariants.history.History._inputs>` for a call of at
+    """:meth:`~batchspec.invariants.history.History._inputs` for a call of at
     most :data:`SMALL` inputs, every one attended: the same :class:`Chains`, its new columns
     computed as lists (:func:`extend`) and written in one copy each. None for a larger call."""
     ids, positions = call.input_ids, call.position_ids
