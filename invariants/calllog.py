@@ -35,7 +35,7 @@ class CallLog:
         of the inputs, row-major, every one attended (a call read as lists, ``.small``):
         with ``extends``, kept as that list (made a tensor only when the log is read).
         ``repeats``: how many first columns are known to be ``extends``', attended alike
-        (a mask that changed from there on, read as lists: ``.small.few_changed``)."""
+        (a mask that changed from there on, read as lists and checked: ``.small.few_changed``)."""
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
         if last is not None and t and moved is not None and last[0] is moved[0]:

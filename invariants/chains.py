@@ -75,16 +75,12 @@ class Chains:
     #: until the call is logged: ``(node, rows)`` of the previous call whose chains this one
     #: continues by rank (History._moved), each row attending a run of cached slots ending at ``T - 1``
     moved_from: tuple | None = None
-    #: a call read as lists (:mod:`.small`): ``(ranks, nodes)`` of its last column, per row
-    tail: tuple | None = None
     #: a call read as lists: every input is fed at the position equal to its rank (C1's position clause)
     at_rank: bool | None = None
     #: a call read as lists: ``(nodes, befores, tokens, ranks)`` of its inputs, row-major (stream.fed_inputs)
     lists: tuple | None = None
     #: C1's first two clauses hold, checked as lists (.small.few_changed): nothing left to check there
     clean: bool = False
-    #: until the call is logged: its first ``repeats`` columns are those of ``extends``, attended alike
-    repeats: int | None = None
     #: C1 re-read some of its context labels from the table (correctness._confirm)
     confirmed: bool = False
 
@@ -144,6 +140,20 @@ class Chains:
         elif out is not None:
             self._written = out.copy_(self._written)
         return self._written
+
+    def elements(self, upto: int) -> torch.Tensor:
+        """``[B, upto, 4]``: ``rank``, ``token``, ``before`` and ``node`` of the first ``upto`` columns side by
+        side (a view of ``quad`` when the call has one: the next call appends to it in place)."""
+        if self.quad is not None:
+            return self.quad if self.quad.shape[1] == upto else self.quad[:, :upto]
+        return torch.stack([self.rank[:, :upto], self.token[:, :upto], self.before[:, :upto], self.node[:, :upto]], -1)
+
+    def labels_in(self, columns) -> torch.Tensor:
+        """:meth:`labels`, built into ``columns`` (a :class:`~batchspec.invariants.columns.Columns`) when
+        not built yet, so that the next call's labels append to them in place."""
+        if self._labels is None:
+            self._labels = columns.append(self.context, self.written())
+        return self._labels
 
     def labels(self) -> torch.Tensor:
         """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed)."""

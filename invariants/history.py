@@ -212,15 +212,11 @@ class History:
         node_in = before.node[:, t - 1: t] + contrib.cumsum(1)
         cols = self.columns_of(call.model)
         # rank, token, before and node as one [B, T + n, 4] column each: one append, not four
-        prefix = head(before.quad, t) if before.quad is not None else \
-            torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
-        quad, new = cols[0].reserve(prefix, b, n, (4,), rank_in.dtype, rank_in.device)
+        quad, new = cols[0].reserve(before.elements(t), b, n, (4,), rank_in.dtype, rank_in.device)
         torch.stack([rank_in, like(ids, rank_in), node_in - contrib, node_in], -1, out=new)  # (written in place)
         chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
                         _marks=self.marks(before, t), quad=quad, _every=every, extends=before.node)
-        if before._labels is None:  # (built now into this model's column: this call's labels then append in place)
-            before._labels = cols[1].append(before.context, before.written())
-        chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
+        chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
         chains.written(out=new)
         chains._context = chains._labels[:, :t]
         return chains
@@ -276,7 +272,8 @@ class History:
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
         self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1],
-                        chains.extends, chains.moved_from, chains.lists[0] if chains.lists else None, chains.repeats)
+                        chains.extends, chains.moved_from, chains.lists[0] if chains.lists else None,
+                        chains.checked if chains.clean else None)
         chains.extends = chains.moved_from = None
         if call.model == "target" and call.logits is not None:
             self._choices(chains)

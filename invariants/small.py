@@ -14,7 +14,7 @@ columns in one copy each. The lists are kept on the call's
 :class:`~batchspec.invariants.chains.Chains`: C1's position clause reads them
 (:attr:`~batchspec.invariants.chains.Chains.at_rank`), the stream memo walks
 them (:func:`~batchspec.invariants.stream.fed_inputs`), and the next call
-continues from the last column (:func:`tail`).
+continues from their last column (:func:`tail`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ def wrap(x: int) -> int:
 
 def tail(before, t: int) -> tuple[list, list]:
     """``(ranks, nodes)``, per row, of column ``t - 1`` of ``before`` (a :class:`Chains`):
-    its own lists when that is its last column, else read from its tensors."""
-    if before.tail is not None and before.node.shape[1] == t:
-        return before.tail
+    from its lists when that is its last column, else read from its tensors."""
+    if before.lists is not None and before.node.shape[1] == t:
+        nodes, _befores, _tokens, ranks = before.lists
+        n = before.call.input_ids.shape[1]
+        return ranks[n - 1::n], nodes[n - 1::n]
     ranks, nodes = torch.stack([before.rank[:, t - 1], before.node[:, t - 1]]).tolist()
     return ranks, nodes
 
@@ -92,16 +94,12 @@ def few(history, call, attended: torch.Tensor, before, t: int):
     fed = positions.tolist() if tuple(positions.shape) == (b, n) and not positions.is_floating_point() else None
     quad, labels, at_rank, columns = extend(history.hasher.weight_list(t + n), ranks, nodes, ids.tolist(), fed)
     cols = history.columns_of(call.model)
-    prefix = head(before.quad, t) if before.quad is not None else \
-        torch.stack([before.rank[:, :t], before.token[:, :t], before.before[:, :t], before.node[:, :t]], -1)
-    whole, new = cols[0].reserve(prefix, b, n, (4,), torch.int64, ids.device)
+    whole, new = cols[0].reserve(before.elements(t), b, n, (4,), torch.int64, ids.device)
     fill(new, quad)
     chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=t,
                     _marks=history.marks(before, t), quad=whole, _every=True, extends=before.node,
-                    tail=(columns[3][n - 1::n], columns[0][n - 1::n]), at_rank=at_rank, lists=columns)
-    if before._labels is None:
-        before._labels = cols[1].append(before.context, before.written())
-    chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
+                    at_rank=at_rank, lists=columns)
+    chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
     if fed is None:
         chains.written(out=new)
     else:
@@ -165,18 +163,12 @@ def few_changed(history, call, attended: torch.Tensor, before, t: int, c: int, c
                 return None
         quad += [v for element in row for v in element]
     cols = history.columns_of(call.model)
-    kept = head(before.quad, c) if before.quad is not None else \
-        torch.stack([before.rank[:, :c], before.token[:, :c], before.before[:, :c], before.node[:, :c]], -1)
-    whole, new = cols[0].reserve(kept if c else None, b, m, (4,), torch.int64, ids.device)
+    whole, new = cols[0].reserve(before.elements(c) if c else None, b, m, (4,), torch.int64, ids.device)
     fill(new, quad)
-    rows = [quad[4 * (m * i + m - 1): 4 * (m * i + m)] for i in range(b)]
     chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=c, _context=context,
-                    _marks=history.marks(before, c), quad=whole, _every=every, extends=before.node,
-                    tail=([e[0] for e in rows], [e[3] for e in rows]), at_rank=True, lists=columns if every else None,
-                    clean=True, repeats=c)
-    if before._labels is None:
-        before._labels = cols[1].append(before.context, before.written())
-    chains._labels, new = cols[1].reserve(head(before._labels, t), b, n, (4,), torch.int64, ids.device)
+                    _marks=history.marks(before, c), quad=whole, _every=every, extends=before.node, at_rank=True,
+                    lists=columns if every else None, clean=True)
+    chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
     chains._written = fill(new, written)
     chains._context = chains._labels[:, :t]
     return chains
