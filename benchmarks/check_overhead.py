@@ -11,7 +11,10 @@ Each (decoder, length) runs in a fresh process: one unwatched run, then
 check time is what the hooks and ``outputs`` spend (``Watch.check_seconds``
 in wall time, ``Watch.check_cpu_seconds`` in process CPU time), the decode
 time the rest of the run; printed: the median check / decode ratio in CPU
-and in wall time, the check time per forward call (CPU, ms), and the peak
+and in wall time, the check time per forward call (CPU, ms), the part of it
+spent re-reading the cached columns (``re-read``: the seal's compare, the part
+that must grow with what a call attends, see
+:class:`~batchspec.invariants.hf_cache.Seal`), and the peak
 resident memory after the watched runs over that after the unwatched run
 (the process's ``ru_maxrss``; "above base": both measured above the
 resident memory once the models are loaded). A shared machine's wall clock
@@ -118,7 +121,7 @@ def watched(args, name: str, n: int) -> dict:
     start = time.process_time()
     decoder()
     plain_cpu, plain_peak = time.process_time() - start, _peak_mib()
-    cpu, wall, per_call = [], [], []
+    cpu, wall, per_call, reread = [], [], [], []
     for _ in range(args.repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
         with watch(target=target, draft=draft) as w:
@@ -129,12 +132,14 @@ def watched(args, name: str, n: int) -> dict:
         wall.append(100 * w.check_seconds / (total - w.check_seconds))
         cpu.append(100 * w.check_cpu_seconds / (total_cpu - w.check_cpu_seconds))
         per_call.append(1000 * w.check_cpu_seconds / w.calls)
+        reread.append(1000 * w.correctness.seal.reread_cpu_seconds / w.calls)
     peak = _peak_mib()
     return {"decoder": name, "new tokens": n, "calls": w.calls, "unwatched cpu s": round(plain_cpu, 2),
             "check/decode cpu %": round(statistics.median(cpu), 1),
             "check/decode wall %": round(statistics.median(wall), 1),
             "cpu % range": [round(min(cpu), 1), round(max(cpu), 1)],
             "check ms/call cpu": round(statistics.median(per_call), 3),
+            "re-read ms/call cpu": round(statistics.median(reread), 3),
             "peak ratio": round(peak / plain_peak, 3),
             "peak ratio above base": round((peak - base) / max(plain_peak - base, 1e-9), 3),
             "peak MiB": round(peak), "unwatched peak MiB": round(plain_peak)}
@@ -157,18 +162,20 @@ def _print_watch(args, rows: list) -> None:
     print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k} (holes decoder "
           f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs"
           + (f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else ""))
-    print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'ms/call':>7}  "
-          f"{'peak x':>6} {'above base x':>12}")
+    print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'ms/call':>7} "
+          f"{'re-read':>7}  {'peak x':>6} {'above base x':>12}")
     for r in rows:
         print(f"{r['decoder']:>16} {r['new tokens']:>6} {r['calls']:>6}  {r['check/decode cpu %']:6.1f} "
-              f"{r['check/decode wall %']:6.1f}  {r['check ms/call cpu']:7.3f}  {r['peak ratio']:6.2f} "
-              f"{r['peak ratio above base']:12.2f}")
+              f"{r['check/decode wall %']:6.1f}  {r['check ms/call cpu']:7.3f} {r['re-read ms/call cpu']:7.3f}  "
+              f"{r['peak ratio']:6.2f} {r['peak ratio above base']:12.2f}")
     lengths = sorted({r["new tokens"] for r in rows})
     for name in DECODERS:
-        per = {r["new tokens"]: r["check ms/call cpu"] for r in rows if r["decoder"] == name}
+        per = {r["new tokens"]: (r["check ms/call cpu"], r["re-read ms/call cpu"]) for r in rows
+               if r["decoder"] == name}
         if len(lengths) > 1 and lengths[0] in per and lengths[-1] in per:
-            print(f"{name:>16}  ms/call at {lengths[-1]} over at {lengths[0]}: "
-                  f"{per[lengths[-1]] / per[lengths[0]]:.2f}x")
+            (first, first_reread), (last, last_reread) = per[lengths[0]], per[lengths[-1]]
+            print(f"{name:>16}  ms/call at {lengths[-1]} over at {lengths[0]}: {last / first:.2f}x; "
+                  f"without the re-read: {(last - last_reread) / (first - first_reread):.2f}x")
 
 
 def main(argv=None) -> None:

@@ -25,6 +25,8 @@ refused by name before the first call runs.
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import cache_utils
 
@@ -155,6 +157,13 @@ class Seal:
     the raw pointer, a crop, a call that overwrote a slot) shows as a difference
     and the call is hashed in full. A comparison reads the columns a hash would,
     and is a fraction of its cost; no tensor's identity or version is trusted.
+    Neither could tell anything here: every call gives a dynamic layer a new
+    tensor (``torch.cat``) and bumps a static layer's version (``index_copy_``),
+    whether or not something also overwrote an old column, and a kernel given the
+    raw pointer (or ``.data``, or an inference tensor) bumps no version at all.
+    So the compare is the one part of a call's check that must grow with what
+    the call attends rather than what it writes: it reads each cached column's hashed
+    bits once (``reread_cpu_seconds`` counts its process CPU time).
     From :data:`GLANCE` kept columns on, the newest is compared first, alone: a
     realigned cache differs there and is hashed in full without the whole
     compare; one that passes is still compared whole."""
@@ -165,6 +174,8 @@ class Seal:
         self._kept: dict = {}
         #: the last call's columns were all read where the cache holds them (no :data:`ABSENT`)
         self.held = False
+        #: process CPU seconds spent comparing kept columns with the cache (the re-read)
+        self.reread_cpu_seconds = 0.0
 
     def hashes(self, hasher, name: str, cache, layers: list, t: int, n: int):
         """``[B, T + n]`` content hashes of the group's columns after a call of ``name``
@@ -184,6 +195,7 @@ class Seal:
             kept = (Columns(), Columns(), None)
         views = kept[2]  # the views kept after the last call: (words [B, W, 2w], keys' then values', hashes)
         c = 0 if views is None or views[0].shape[0] != words[0].shape[0] else min(views[1].shape[1], t)
+        start = time.process_time()
         # all or nothing: a decoder that rewrote early columns (a realignment) moved nearly all of them
         was = head(views[0], c) if c and views[0].shape[2] == w + words[1].shape[2] else None
         if was is not None and c >= GLANCE and not torch.equal(words[0][:, c - 1], was[:, c - 1, :w]):
@@ -191,6 +203,7 @@ class Seal:
         if was is None or not (torch.equal(words[0][:, :c], was[..., :w])
                                and torch.equal(words[1][:, :c], was[..., w:])):
             c = 0
+        self.reread_cpu_seconds += time.process_time() - start
         b, m = words[0].shape[0], t + n - c
         # the columns to hash, [B, T + n - c, 2w], and their hashes, written where they are kept
         kept_bits, bits = kept[0].reserve(head(views[0], c) if c else None, b, m, (w + words[1].shape[2],),

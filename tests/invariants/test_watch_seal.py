@@ -108,3 +108,22 @@ def test_a_write_into_the_newest_column_is_hashed_whole_and_caught_at_that_call(
         greedy(model, lambda cache, step: _zero_slot(cache, step, slot=newest))
     assert (caught.value.violation.invariant, caught.value.violation.call) == ("C1", 4)
     assert widths == [len(PROMPTS[0]), 1, 1, len(PROMPTS[0]) + 3]
+
+
+def test_no_identity_or_version_tells_an_append_from_an_overwrite():
+    """Why the seal reads the bits (its docstring): between two calls that only append, a
+    dynamic layer's keys are a new tensor every call and a static layer's keys bump their
+    version every call, exactly as when something also overwrote an old column; a write
+    through ``.data`` bumps no version at all."""
+    model = build("llama")
+    held: list = []  # the keys tensors themselves, kept alive so that no identity is reused
+    greedy(model, lambda cache, step: held.append(cache.layers[0].keys))
+    assert len(held) == STEPS and all(a is not b for i, a in enumerate(held) for b in held[i + 1:])
+    versions: list = []
+    static = StaticCache(config=model.config, max_cache_len=32)
+    greedy(model, lambda cache, step: versions.append(cache.layers[0].keys._version), cache=static)
+    assert len(versions) == STEPS and all(b > a for a, b in zip(versions, versions[1:]))
+    keys = static.layers[0].keys
+    before = keys._version
+    keys.data[:, :, 1] = 0
+    assert keys._version == before and bool((keys[:, :, 1] == 0).all())
