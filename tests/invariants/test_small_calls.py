@@ -1,4 +1,5 @@
-"""A call of few inputs read as lists (``invariants/small.py``) reads exactly as the tensor path (Spec §3.12.1, §3.12.2)."""
+"""A call of few inputs read as lists (``invariants/small.py``) reads exactly as the tensor path
+(Spec §3.12.1, §3.12.2)."""
 
 import pytest
 import torch
@@ -201,10 +202,30 @@ def test_edge_calls_read_alike_as_lists_and_as_tensors(monkeypatch):
             [([[10, 11, 12, 13], [20, 21, 22, 23]], [[1] * 4] * 2, [[0, 1, 2, 3]] * 2, 0,
               [[101, 102, 103, 104], [201, 202, 203, 204]]),
              ([[30], [31]], [[1] * 3] * 2, [[2], [2]], 2, [[101, 102, 302], [201, 202, 312]]),
-             ([[40], [41]], [[1, 1, 1, 0, 1]] * 2, [[3], [3]], 4, [[101, 102, 103, 104, 401], [201, 202, 203, 204, 411]]),
+             ([[40], [41]], [[1, 1, 1, 0, 1]] * 2, [[3], [3]], 4,
+              [[101, 102, 103, 104, 401], [201, 202, 203, 204, 411]]),
              ([[50, 51, 52], [55, 56, 57]], [[1, 1, 1, 1, 0, 1, 1, 1]] * 2, [[4, 5, 6]] * 2, 5,
               [[101, 102, 103, 104, 401, 501, 511, 521], [201, 202, 203, 204, 411, 551, 561, 571]]),
              ([[53], [58]], [[1, 1, 1, 1, 0, 1, 0, 0, 1], [1, 1, 1, 1, 0, 1, 1, 1, 1]], [[5], [7]], 8,
               [[101, 102, 103, 104, 401, 501, 511, 521, 531], [201, 202, 203, 204, 411, 551, 561, 571, 581]])]]
     for steps in runs:
         assert _drive(small_module.SMALL, steps, monkeypatch) == _drive(0, steps, monkeypatch)
+
+
+def test_a_call_after_labels_re_read_from_the_table_is_read_alike(monkeypatch):
+    """Content written twice with different tokens or positions is ambiguous in the label table.
+    A call over a rebuilt cache (two slots swapped) reads the previous call's labels for them,
+    at the wrong positions, and re-reads them from the table (``_confirm``: ambiguous, cleared),
+    while its chain was built from the carried tokens (20 where the table's first writer has
+    10); a later call over the same cache whose mask changed after those slots reads them as
+    the tensor path does (the list path declines, ``Chains.confirmed``), not from the carried
+    chain: the same violations and chain hashes at every call with the list paths on and off."""
+    steps = [([[10, 11]], [[1, 1]], [[0, 1]], 0, [[101, 102]]),
+             ([[20, 11]], [[1, 1]], [[7, 8]], 0, [[101, 102]]),  # the same content, another token and positions
+             ([[12]], [[1, 1, 1]], [[2]], 2, [[102, 101, 301]]),  # swapped: carried labels at 8, 7, re-read
+             ([[13]], [[1, 1, 0, 1]], [[2]], 3, [[102, 101, 301, 401]])]  # slot 2 masked: the mask changed
+    returned, read = [], small_module.few_changed
+    monkeypatch.setattr(history_module, "few_changed",
+                        lambda *a: returned.append((a[3].confirmed, read(*a))) or returned[-1][1])
+    assert _drive(small_module.SMALL, steps, monkeypatch) == _drive(0, steps, monkeypatch)
+    assert returned == [(True, None), (True, None)]  # tried after the re-read, as lists and by size

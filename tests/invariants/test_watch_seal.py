@@ -64,6 +64,7 @@ def test_an_untouched_dynamic_cache_is_hashed_only_where_each_call_wrote(widths)
         greedy(model)
     assert w.violations == [] and w.calls == STEPS + 1
     assert widths == [len(PROMPTS[0])] + [1] * STEPS
+    assert 0 < w.correctness.seal.reread_cpu_seconds < w.check_cpu_seconds  # the compare, timed apart
 
 
 def test_a_static_cache_written_in_place_is_hashed_only_where_each_call_wrote(widths):
