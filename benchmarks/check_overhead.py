@@ -7,18 +7,29 @@ and three decoders: batchspec's EQSPEC, the outside decoder of
 the outside decoder of ``holes_decoder.py`` (right padding, rejected drafts
 kept as masked holes, ``k + 2`` one-token or ``k + 1``-token calls a round).
 Each (decoder, length) runs in a fresh process: one unwatched run, then
-``--repeat`` runs inside ``watch`` with ``w.outputs``. Per watched run the
-check time is what the hooks and ``outputs`` spend (``Watch.check_seconds``
-in wall time, ``Watch.check_cpu_seconds`` in process CPU time), the decode
-time the rest of the run; printed: the median check / decode ratio in CPU
-and in wall time, the check time per forward call (CPU, ms), the part of it
-spent re-reading the cached columns (``re-read``: the seal's compare, the part
-that must grow with what a call attends, see
-:class:`~batchspec.invariants.hf_cache.Seal`), and the peak
-resident memory after the watched runs over that after the unwatched run
-(the process's ``ru_maxrss``; "above base": both measured above the
-resident memory once the models are loaded). A shared machine's wall clock
-wanders; the CPU figures are the ones to compare.
+``--repeat`` runs inside ``watch`` with ``w.outputs``, each followed by an
+unwatched run. Per watched run the check time is what the hooks and
+``outputs`` spend (``Watch.check_seconds`` in wall time,
+``Watch.check_cpu_seconds`` in process CPU time), the decode time the rest
+of the run. Printed:
+
+* ``check / decode``: the median check / decode ratio, in CPU and in wall time;
+* ``watched / unwatched``: the median watched run over the median unwatched
+  run, minus one (``+cpu %``, ``+wall %``): what watching costs the whole
+  run. It exceeds the first figure by what the check does to the decoder's
+  own work, which the hooks' clocks cannot see: timed between the hooks, the
+  models' forwards run a few percent slower in a watched run (most likely
+  the processor's caches, which the hooks fill with their own data and code);
+* per forward call, in CPU ms: the check, the part of it spent re-reading
+  the cached columns (``re-read``: the seal's compare, the part that must
+  grow with what a call attends, see
+  :class:`~batchspec.invariants.hf_cache.Seal`), and the unwatched run
+  (``run``: how the decoder's own cost per call grows with the length);
+* the peak resident memory after the watched runs over that after the
+  first unwatched run (the process's ``ru_maxrss``; "above base": both
+  measured above the resident memory once the models are loaded).
+
+A shared machine's wall clock wanders; the CPU figures are the ones to compare.
 
 The peak is the process's, and glibc's allocator shapes it: by default it
 raises its mmap threshold each time a large block (a growing KV cache's
@@ -122,6 +133,7 @@ def watched(args, name: str, n: int) -> dict:
     decoder()
     plain_cpu, plain_peak = time.process_time() - start, _peak_mib()
     cpu, wall, per_call, reread = [], [], [], []
+    runs = {"watched": ([], []), "unwatched": ([], [])}  # per kind of run: (CPU s, wall s), interleaved
     for _ in range(args.repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
         with watch(target=target, draft=draft) as w:
@@ -129,14 +141,24 @@ def watched(args, name: str, n: int) -> dict:
             w.outputs(prompts, out, max_new_tokens=n)
         total, total_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         assert not w.violations, w.report()
+        runs["watched"][0].append(total_cpu)
+        runs["watched"][1].append(total)
         wall.append(100 * w.check_seconds / (total - w.check_seconds))
         cpu.append(100 * w.check_cpu_seconds / (total_cpu - w.check_cpu_seconds))
         per_call.append(1000 * w.check_cpu_seconds / w.calls)
         reread.append(1000 * w.correctness.seal.reread_cpu_seconds / w.calls)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        decoder()
+        runs["unwatched"][0].append(time.process_time() - start_cpu)
+        runs["unwatched"][1].append(time.perf_counter() - start)
+    whole = [100 * (statistics.median(runs["watched"][i]) / statistics.median(runs["unwatched"][i]) - 1)
+             for i in (0, 1)]
     peak = _peak_mib()
     return {"decoder": name, "new tokens": n, "calls": w.calls, "unwatched cpu s": round(plain_cpu, 2),
             "check/decode cpu %": round(statistics.median(cpu), 1),
             "check/decode wall %": round(statistics.median(wall), 1),
+            "whole run cpu %": round(whole[0], 1), "whole run wall %": round(whole[1], 1),
+            "decode ms/call cpu": round(1000 * statistics.median(runs["unwatched"][0]) / w.calls, 3),
             "cpu % range": [round(min(cpu), 1), round(max(cpu), 1)],
             "check ms/call cpu": round(statistics.median(per_call), 3),
             "re-read ms/call cpu": round(statistics.median(reread), 3),
@@ -162,11 +184,13 @@ def _print_watch(args, rows: list) -> None:
     print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k} (holes decoder "
           f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs"
           + (f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else ""))
-    print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'ms/call':>7} "
-          f"{'re-read':>7}  {'peak x':>6} {'above base x':>12}")
+    print(f"{'':>31} {'check / decode':>13}  {'watched / unwatched':>19}  {'CPU per call, ms: check':>23}")
+    print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'+cpu %':>9} {'+wall %':>9}  "
+          f"{'ms/call':>7} {'re-read':>7} {'run':>7}  {'peak x':>6} {'above base x':>12}")
     for r in rows:
         print(f"{r['decoder']:>16} {r['new tokens']:>6} {r['calls']:>6}  {r['check/decode cpu %']:6.1f} "
-              f"{r['check/decode wall %']:6.1f}  {r['check ms/call cpu']:7.3f} {r['re-read ms/call cpu']:7.3f}  "
+              f"{r['check/decode wall %']:6.1f}  {r['whole run cpu %']:9.1f} {r['whole run wall %']:9.1f}  "
+              f"{r['check ms/call cpu']:7.3f} {r['re-read ms/call cpu']:7.3f} {r['decode ms/call cpu']:7.3f}  "
               f"{r['peak ratio']:6.2f} {r['peak ratio above base']:12.2f}")
     lengths = sorted({r["new tokens"] for r in rows})
     for name in DECODERS:
