@@ -130,12 +130,14 @@ class LabelTable:
 
     def __init__(self):
         self.labels: dict = {}  # content hash -> (token, position, prefix hash, flag)
-        self.pending: list = []  # Chains of calls whose writes are not in ``labels`` yet
+        #: per call whose writes are not in ``labels`` yet: ``(hashes [B, n], labels [B, n, 4])`` of
+        #: the slots it wrote, copied out of its chains (which need not outlive the call)
+        self.pending: list = []
 
     def write(self, chains) -> None:
         """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
         they enter the table before the next look-up, or every 64 calls."""
-        self.pending.append(chains)
+        self.pending.append((chains.hashes[:, chains.cached:].clone(), chains.written()))
         if len(self.pending) >= 64:
             self.flush()
 
@@ -143,11 +145,10 @@ class LabelTable:
         if self.pending:
             hashes, labels = [], []
             for run in _runs(self.pending):  # calls over as many rows side by side: one concatenation each
-                parts = [c.hashes[:, c.cached:] for c in run]
-                written = torch.cat(parts, 1)  # [B, N]
-                index = _in_call_order(written.shape, [p.shape[1] for p in parts], written.device)
+                written = torch.cat([h for h, _ in run], 1)  # [B, N]
+                index = _in_call_order(written.shape, [h.shape[1] for h, _ in run], written.device)
                 hashes.append(written.reshape(-1)[index])
-                labels.append(torch.cat([c.written() for c in run], 1).reshape(-1, 4)[index])
+                labels.append(torch.cat([label for _, label in run], 1).reshape(-1, 4)[index])
             hashes, labels = torch.cat(hashes), torch.cat(labels)
             kept = hashes != ABSENT  # written, then evicted by a window in the same call: never read back
             self.add(hashes[kept], labels[kept])
@@ -197,11 +198,11 @@ def _in_call_order(shape: tuple, widths: list, device) -> torch.Tensor:
     return order.reshape(-1).argsort(stable=True)  # (stable: a row's columns of one call stay in order)
 
 
-def _runs(chains: list) -> list[list]:
-    """``chains`` cut into runs of consecutive calls over the same number of rows."""
+def _runs(pending: list) -> list[list]:
+    """``pending`` (:attr:`LabelTable.pending`) cut into runs of consecutive calls over the same number of rows."""
     runs: list = []
-    for c in chains:
-        if runs and runs[-1][0].hashes.shape[0] == c.hashes.shape[0]:
+    for c in pending:
+        if runs and runs[-1][0][0].shape[0] == c[0].shape[0]:
             runs[-1].append(c)
         else:
             runs.append([c])

@@ -124,11 +124,12 @@ class Correctness:
                     cache, t, windows = self._pending.pop(name)
                     if cache is None:  # one the model made
                         cache = getattr(output, "cache", None)
-                    self.layout.caches[name] = cache
+                    self.layout.ran(name, cache)
                     call = self._call(name, args, kwargs, t, output.logits, windows)
                     self.calls += 1
                     self._correct(name, call, cache, kwargs.get("attention_mask"), windows)
                     self.layout.record(name, call, cache)
+                    call.logits = None  # read in this hook only: no [B, n, V] outlives the call
             finally:
                 self._spent(start, cpu)
         return hook

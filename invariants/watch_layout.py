@@ -13,6 +13,7 @@ records by hand (I8, Spec §3.8).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 import torch
@@ -34,15 +35,33 @@ class Layout:
         self.steps = 0
         self.round = 0
         self.grid = None  # (tokens [B, L], mask [B, L], requests) of the last boundary
-        self.caches: dict = {}  # model -> the cache object it last ran with
+        #: model -> the cache object it last ran with, held weakly (:meth:`ran`)
+        self.caches: dict = {}
         self.prefill: list[ForwardCall] = []
         self.drafts = None  # [B, j] greedy drafts of the current round
         self.verified = False  # the target has verified this round's drafts
         self.checking = False  # the semantic oracle's own forwards are not the decoder's
 
+    def ran(self, name: str, cache) -> None:
+        """``name`` ran with ``cache``: held weakly, so that watching keeps alive no cache
+        the decoder has dropped (one that rebuilds its caches every round would
+        otherwise hold two of each until the model's next call)."""
+        if cache is None:  # none passed or returned: nothing to hold
+            self.caches[name] = None
+            return
+        try:
+            self.caches[name] = weakref.ref(cache)
+        except TypeError:  # an object that takes no weak reference: held as it is
+            self.caches[name] = lambda: cache
+
+    def cache(self, name: str):
+        """The cache object ``name`` last ran with (or boundary() was given), None once dropped."""
+        held = self.caches.get(name)
+        return None if held is None else held()
+
     def refuse_another_cache(self, name: str, cache, t: int) -> None:
         """Before a call: the layout checks read the cache object boundary() last saw."""
-        if t and self.grid is not None and name in self.caches and cache is not self.caches[name]:
+        if t and self.grid is not None and name in self.caches and cache is not self.cache(name):
             raise ValueError(f"watch: the {name} model ran with another cache object than the one "
                              f"boundary() last saw; pass {name}_cache= to boundary() when the decoder "
                              "replaces a cache")
@@ -125,7 +144,11 @@ class Layout:
                                  "pass requests= (the request id of each remaining row)")
         for name, cache in (("target", target_cache), ("draft", draft_cache)):
             if cache is not None:
-                self.caches[name] = cache
+                self.ran(name, cache)
+        if gone := [name for name, held in self.caches.items() if held is not None and held() is None]:
+            raise ValueError(f"boundary: the cache object the {' and the '.join(gone)} model last ran with is "
+                             f"gone (the decoder replaced it); pass {' and '.join(n + '_cache=' for n in gone)} "
+                             "to boundary() when the decoder replaces a cache")
         step = "prefill" if self.grid is None else "realign"  # a prefill may feed nothing (Spec §4.1)
         self.grid = (tokens, mask, list(requests))
         calls, self.prefill, self.drafts, self.verified = self.prefill, [], None, False
@@ -137,7 +160,7 @@ class Layout:
         length = [int(c) for c in (mask != 0).sum(1).tolist()]
         drafts = self.drafts if self.drafts is not None else tokens.new_zeros((tokens.shape[0], 0))
         obs = Observation(self.round, step, tokens, mask, [tokens.shape[1] - c for c in length], length,
-                          {name: CacheView.from_hf(c) for name, c in self.caches.items()}, calls,
+                          {name: CacheView.from_hf(self.cache(name)) for name in self.caches}, calls,
                           list(requests), drafts if step in ("draft", "verify") else None, committed)
         if step == "verify" and committed is None:
             obs.committed = [[] for _ in requests]  # I5 reports why nothing could be derived

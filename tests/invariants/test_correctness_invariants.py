@@ -177,12 +177,54 @@ def test_layout_checks_on_a_subset_of_rows_say_so_instead_of_crashing():
     tokens, mask = outside.left_pad(WITH_PAD_ID)
     with pytest.raises(ValueError, match="called on 2 rows, but the grid of the last boundary"):
         with watch(target=target, draft=draft, check="record") as w, torch.no_grad():
-            for model in (target, draft):
-                model(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1], cache=DynamicCache(config=model.config))
+            prefilled = [DynamicCache(config=model.config) for model in (target, draft)]  # held at the boundary
+            for model, cache in zip((target, draft), prefilled):
+                model(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1], cache=cache)
             w.boundary(tokens, mask)
             cache = DynamicCache(config=draft.config)
             draft(input_ids=tokens[:2, :-2], attention_mask=mask[:2, :-2], cache=cache)
             draft(input_ids=tokens[:2, -2:-1], attention_mask=mask[:2, :-1], cache=cache)
+
+
+def test_a_boundary_after_the_decoder_dropped_its_cache_names_the_model():
+    """watch holds the cache a model last ran with weakly (a decoder that rebuilds its
+    caches every round would otherwise keep two alive): a boundary() whose default
+    cache the decoder has dropped says which model's to pass, instead of checking a
+    cache the decoder no longer holds."""
+    from transformers import DynamicCache
+
+    target, draft = pair("qwen3")
+    tokens, mask = outside.left_pad(WITH_PAD_ID)
+    with pytest.raises(ValueError, match="the cache object the draft model last ran with is gone.*pass draft_cache="):
+        with watch(target=target, draft=draft, check="record") as w, torch.no_grad():
+            kept = DynamicCache(config=target.config)
+            target(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1], cache=kept)
+            draft(input_ids=tokens[:, :-1], attention_mask=mask[:, :-1], cache=DynamicCache(config=draft.config))
+            w.boundary(tokens, mask)
+
+
+def test_watch_keeps_alive_no_cache_or_logits_the_decoder_dropped():
+    """The checker reads a call's cache and logits inside its hooks and keeps neither:
+    a decoder that rebuilds its caches every round (unpad-append-repad) would
+    otherwise hold an old cache per model, and every [B, n, V] logits tensor of the
+    calls whose labels wait for the table, besides its own."""
+    import gc
+    import weakref
+
+    from transformers import DynamicCache
+
+    target, _ = pair("qwen3")
+    tokens, mask = outside.left_pad(WITH_PAD_ID)
+    with watch(target=target) as w, torch.no_grad():
+        cache = DynamicCache(config=target.config)
+        logits = outside.forward(target, cache, tokens[:, :-1], mask[:, :-1])
+        gone = weakref.ref(cache), weakref.ref(logits)
+        del cache, logits
+        gc.collect()
+        assert gone[0]() is None, "watch keeps the dropped cache alive"
+        assert gone[1]() is None, "watch keeps the call's logits alive"
+        outside.forward(target, DynamicCache(config=target.config), tokens, mask)  # a rebuilt cache
+    assert w.calls == 2 and not w.violations
 
 
 def test_lazy_labels_stay_a_bounded_chain_over_a_long_run():

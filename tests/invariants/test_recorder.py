@@ -116,15 +116,31 @@ def test_glue_mistakes_are_named():
 
 def test_a_replaced_cache_must_be_announced():
     """A decoder that rebuilds its caches and does not tell ``boundary`` would be
-    checked against the stale object: refused, naming the argument."""
+    checked against the stale object: refused, naming the argument. At the
+    boundary when the decoder dropped the object the model last ran with
+    (watch holds it weakly); at the model's next call when the old object is
+    still alive but the call runs on another."""
+    from transformers import DynamicCache
+
     target, draft = pair("qwen3")
 
     def forgetful(tokens, mask, **caches):
         w.boundary(tokens, mask)  # drops target_cache= / draft_cache=
 
     with watch(target=target, draft=draft) as w:
-        with pytest.raises(ValueError, match="draft_cache="):
+        with pytest.raises(ValueError, match="^boundary: .* pass target_cache="):
             outside.decode(target, draft, WITH_PAD_ID, K, N, on_boundary=forgetful)
+
+    tokens, mask = outside.left_pad(WITH_PAD_ID)
+    with watch(target=target, draft=draft) as w, torch.no_grad():
+        held = [DynamicCache(config=model.config) for model in (target, draft)]
+        for model, cache in zip((target, draft), held):
+            outside.forward(model, cache, tokens[:, :-1], mask[:, :-1])
+        w.boundary(tokens, mask)
+        width = tokens.shape[1] - 1
+        rebuilt = outside.repad(draft, held[1], [0] * len(WITH_PAD_ID), [width] * len(WITH_PAD_ID), width)
+        with pytest.raises(ValueError, match="another cache object than the one boundary.. last saw; pass draft_cache="):
+            outside.forward(draft, rebuilt, tokens[:, -1:], mask)
 
 
 def gumbel(seed: int):
