@@ -60,3 +60,22 @@ def test_the_first_writer_decides_the_label_kept():
     table.flush()
     assert table.labels[31] == (7, 3, 82, AMBIGUOUS)
     assert table.labels != _one_call_at_a_time()
+
+
+def test_a_pending_call_keeps_only_what_it_wrote():
+    """Until the next flush the table keeps each call's written slots, copied out: not the
+    call's chains (whose [B, T + n] tensors, a realigned call's among them, would live on
+    for up to 64 calls), nor a view that holds its whole hash tensor."""
+    import gc
+    import weakref
+
+    table = LabelTable()
+    call = type("Call", (SimpleNamespace,), {})(**vars(_calls()[0]))  # (a subclass takes weak references)
+    gone, hashes = weakref.ref(call), weakref.ref(call.hashes)
+    table.write(call)
+    del call
+    gc.collect()
+    assert gone() is None and hashes() is None
+    assert table.pending[0][0].tolist() == [[11, 12], [21, 13]]
+    table.flush()
+    assert table.labels[11] == (5, 1, 70, WRITTEN)
