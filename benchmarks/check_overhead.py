@@ -16,8 +16,9 @@ of the run. Printed:
 * ``check / decode``: the median check / decode ratio, in CPU and in wall time;
 * ``watched / unwatched``: the median watched run over the median unwatched
   run, minus one (``+cpu %``, ``+wall %``): what watching costs the whole
-  run. It exceeds the first figure by what the check does to the decoder's
-  own work, which the hooks' clocks cannot see: timed between the hooks, the
+  run. It is mostly above the first figure (it is a ratio of two medians,
+  so noisier), by what the check does to the decoder's own work, which the
+  hooks' clocks cannot see: timed between the hooks, the
   models' forwards run a few percent slower in a watched run (most likely
   the processor's caches, which the hooks fill with their own data and code);
 * per forward call, in CPU ms: the check, the part of it spent re-reading
@@ -184,7 +185,7 @@ def _print_watch(args, rows: list) -> None:
     print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k} (holes decoder "
           f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs"
           + (f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else ""))
-    print(f"{'':>31} {'check / decode':>13}  {'watched / unwatched':>19}  {'CPU per call, ms: check':>23}")
+    print(f"{'':>30} {'check / decode':>14}  {'watched / unwatched':>19}  {'CPU per call, ms: check':>23}")
     print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'+cpu %':>9} {'+wall %':>9}  "
           f"{'ms/call':>7} {'re-read':>7} {'run':>7}  {'peak x':>6} {'above base x':>12}")
     for r in rows:

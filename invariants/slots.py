@@ -137,7 +137,7 @@ class LabelTable:
     def write(self, chains) -> None:
         """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
         they enter the table before the next look-up, or every 64 calls."""
-        self.pending.append((chains.hashes[:, chains.cached:].clone(), chains.written()))
+        self.pending.append((chains.hashes[:, chains.cached:].clone(), chains.written().clone()))  # (no views)
         if len(self.pending) >= 64:
             self.flush()
 

@@ -192,3 +192,21 @@ def test_the_picture_marks_exactly_the_slots_I6_rejects():
     assert any("unknown" not in kinds for kinds in cells.kinds)
     draft_cells = provenance_cells(w.caught, w.ledger, "draft")
     assert draft_cells.marks == [] and not any("unknown" in kinds for kinds in draft_cells.kinds)
+
+
+def test_a_caught_observation_keeps_its_calls_logits(monkeypatch):
+    """Each hook lets its call's logits go when it ends; an observation the layout
+    checks caught keeps copies of its calls, logits included (I5 reads them)."""
+    from types import SimpleNamespace
+
+    from batchspec.invariants import watch_layout
+
+    def flag_verify(obs, *args):  # a stand-in finding at the first verification step
+        return [SimpleNamespace(call=None, invariant="I5")] if obs.step == "verify" else []
+
+    monkeypatch.setattr(watch_layout, "check_all", flag_verify)
+    target, draft = pair("qwen3")
+    with watch(target=target, draft=draft, check="record") as w:
+        outside.decode(target, draft, WITH_PAD_ID, K, N, on_boundary=w.boundary)
+    assert w.caught is not None and w.caught.step == "verify"
+    assert w.caught.calls[-1].model == "target" and w.caught.calls[-1].logits is not None

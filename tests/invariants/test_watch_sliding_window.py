@@ -133,3 +133,20 @@ def test_the_abstract_window_rule_holds_on_a_window_and_fires_on_a_hole_or_a_sho
     stale = [[((5, 0),), ((5, 0), (7, 1)), ((6, 0), (7, 1), (8, 2))]]  # the newest slot after another prefix
     assert one_window(call("target", [[9]], [[1, 1, 1, 1]], [[3]], 3, [[1]]), rows, 3)
     assert not one_window(call("target", [[9]], [[1, 1, 1, 1]], [[3]], 3, [[1]]), stale, 3)
+
+
+def test_a_window_only_call_lets_its_logits_go_when_its_hook_ends():
+    """A model whose every layer attends a window is read through a copy of the call
+    (the window's columns); that copy, carried to the next call, keeps no logits."""
+    import gc
+    import weakref
+
+    model = build("mistral")
+    ids = torch.tensor([PROMPT])
+    with watch(target=model) as w, torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=DynamicCache(config=model.config)).logits
+        gone = weakref.ref(logits)
+        del logits
+        gc.collect()
+        assert gone() is None, "watch keeps the window call's logits alive"
+    assert w.calls == 1 and not w.violations
