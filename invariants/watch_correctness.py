@@ -129,7 +129,6 @@ class Correctness:
                     self.calls += 1
                     self._correct(name, call, cache, kwargs.get("attention_mask"), windows)
                     self.layout.record(name, call, cache)
-                    call.logits = None  # read in this hook only: no [B, n, V] outlives the call
             finally:
                 self._spent(start, cpu)
         return hook

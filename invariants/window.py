@@ -159,7 +159,6 @@ def check_window(history: History, call: ForwardCall, cache, raw, window: tuple,
     chains.hashes = hashes
     if alone:
         history.remember(chains)
-        narrow.logits = None  # read by remember only: like the call's own, let go with the hook
     else:
         history.labels.write(chains)
         history.hashes = keep

@@ -195,8 +195,9 @@ def test_the_picture_marks_exactly_the_slots_I6_rejects():
 
 
 def test_a_caught_observation_keeps_its_calls_logits(monkeypatch):
-    """Each hook lets its call's logits go when it ends; an observation the layout
-    checks caught keeps copies of its calls, logits included (I5 reads them)."""
+    """The chains the checker carries from call to call keep a copy of each call without
+    its logits; an observation the layout checks caught keeps the calls as they were,
+    logits included (I5 reads them)."""
     from types import SimpleNamespace
 
     from batchspec.invariants import watch_layout

@@ -137,7 +137,7 @@ def test_the_abstract_window_rule_holds_on_a_window_and_fires_on_a_hole_or_a_sho
 
 def test_a_window_only_call_lets_its_logits_go_when_its_hook_ends():
     """A model whose every layer attends a window is read through a copy of the call
-    (the window's columns); that copy, carried to the next call, keeps no logits."""
+    (the window's columns); the chains carried to the next call keep no logits of it."""
     import gc
     import weakref
 
