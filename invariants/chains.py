@@ -12,6 +12,7 @@ sit, has them built when first read, from a :data:`Source`, :class:`Moved`.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,6 +84,12 @@ class Chains:
     clean: bool = False
     #: C1 re-read some of its context labels from the table (correctness._confirm)
     confirmed: bool = False
+
+    def __post_init__(self):
+        # the History, held weakly: it holds its carried Chains, and a strong reference back
+        # would make a cycle that keeps a finished watch's memory until a full garbage collection
+        if type(self.history) not in weakref.ProxyTypes:
+            self.history = weakref.proxy(self.history)
 
     @property
     def every(self) -> bool:

@@ -40,6 +40,27 @@ def _read(part: str, name: str, doc: str) -> property:
     return property(lambda self: getattr(getattr(self, part), name), doc=doc)
 
 
+class Findings:
+    """What both parts of a :class:`Watch` report to, called with each check's
+    violations: kept in order (the earliest wrong call first), raised at once under
+    ``check="raise"``. A part holds this, not the :class:`Watch`, so that no
+    reference cycle runs through the Watch: a finished one is freed the moment the
+    user drops it, not at the next full garbage collection."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.violations: list = []
+        self.caught = None
+
+    def __call__(self, found: list, obs=None) -> None:
+        for v in found:  # record mode: the earliest wrong call first (C1 names one before the call it checks)
+            bisect.insort(self.violations, v, key=lambda u: (u.call is None, u.call or 0))
+        if found and obs is not None and self.caught is None:
+            self.caught = obs
+        if found and self.mode == "raise":
+            raise InvariantViolation(found[0], tuple(found[1:]))
+
+
 class Watch:
     """The recorder of one ``with watch(...)`` block; see :func:`watch`. It holds
     the violations both parts find, and reads their counts."""
@@ -48,22 +69,22 @@ class Watch:
         if check not in ("raise", "record"):
             raise ValueError(f"watch: check must be 'raise' or 'record', got {check!r}")
         self.mode = check
-        self.violations: list = []
-        #: the :class:`Observation` whose check found the first violation (None while
-        #: clean): its tensors are the decoder's own, as they were then when
-        #: ``check="raise"`` stopped the decoder there (for a picture of it).
-        self.caught = None
+        self.findings = Findings(check)
         memo = Memo()  # what the checks build once (a round's masks), for this block only
-        self.layout = Layout(oracle, registry, structural, memo, self._found)
-        self.correctness = Correctness(models, memo, self._found, self.layout)
+        self.layout = Layout(oracle, registry, structural, memo, self.findings)
+        self.correctness = Correctness(models, memo, self.findings, self.layout)
 
-    def _found(self, found: list, obs=None) -> None:
-        for v in found:  # record mode: the earliest wrong call first (C1 names one before the call it checks)
-            bisect.insort(self.violations, v, key=lambda u: (u.call is None, u.call or 0))
-        if found and obs is not None and self.caught is None:
-            self.caught = obs
-        if found and self.mode == "raise":
-            raise InvariantViolation(found[0], tuple(found[1:]))
+    @property
+    def violations(self) -> list:
+        """Every violation found so far, the earliest wrong call first."""
+        return self.findings.violations
+
+    @property
+    def caught(self):
+        """The :class:`Observation` whose check found the first violation (None while
+        clean): its tensors are the decoder's own, as they were then when
+        ``check="raise"`` stopped the decoder there (for a picture of it)."""
+        return self.findings.caught
 
     def outputs(self, prompts, sequences, max_new_tokens=None, eos_token_id=None, pad_token_id=None) -> list:
         """C2 and C3 (Spec §3.12.3, §3.12.4); see

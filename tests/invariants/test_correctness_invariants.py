@@ -227,6 +227,33 @@ def test_watch_keeps_alive_no_cache_or_logits_the_decoder_dropped():
     assert w.calls == 2 and not w.violations
 
 
+def test_a_finished_watch_is_freed_when_dropped_without_a_garbage_collection():
+    """No reference cycle runs through a watch's state (its parts report to a
+    Findings, not to the Watch; a call's Chains hold their History weakly): a
+    finished watch is freed the moment it is dropped. Otherwise a test suite, or a
+    benchmark, that watches run after run in one process holds every finished run's
+    memory until Python's next full collection, which a large heap makes rare."""
+    import gc
+    import weakref
+
+    target, draft = pair("qwen3")
+    gc.collect()
+    gc.disable()
+    try:
+        with watch(target=target, draft=draft, check="record") as w:
+            out = batchspec.generate(target, draft, WITH_PAD_ID, num_draft_tokens=3, max_new_tokens=6,
+                                     check_invariants=False).sequences
+            w.outputs(WITH_PAD_ID, out, max_new_tokens=6)
+        assert w.calls > 4 and w.violations == []
+        gone = [weakref.ref(x) for x in (w, w.correctness, w.layout, w.history)]
+        gone.append(weakref.ref(w.history.carried["target"]))
+        del w
+        alive = [type(ref()).__name__ for ref in gone if ref() is not None]
+    finally:
+        gc.enable()
+    assert alive == [], f"kept alive by a reference cycle after the watch was dropped: {alive}"
+
+
 def test_lazy_labels_stay_a_bounded_chain_over_a_long_run():
     """Each call's context labels are read lazily from the previous call's; the chain of
     such reads is cut every DEPTH calls, so a long run neither recurses past Python's
