@@ -6,6 +6,13 @@ chain hashes there, are not kept twice): the log grows with what the calls
 feed and change, not with what they attend. Reading it
 back (only when ``w.outputs`` traces a wrong token) rebuilds each call's
 tensors in call order.
+
+What is kept of a call is kept as Python lists, not as small tensors: a
+tensor, even a small one, is an allocation of the C heap that lives as long
+as the run, and thousands of them, interleaved with the decoder's own large
+transient tensors, keep the heap from shrinking after those are freed (on
+the outside decoder at 1024 tokens, a hundred MiB or more of peak resident
+memory). Lists live in the interpreter's own arenas.
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ class CallLog:
     (a realigned call: by each row's length, :func:`_carried`)."""
 
     def __init__(self):
-        self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n); a realigned
-        # call: kept = (rows, counts, T), and its columns from T on
+        self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n), as lists
+        # after a model's first call; a realigned call: kept = (rows, counts, T), and its columns from T on
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
@@ -39,7 +46,7 @@ class CallLog:
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
         if last is not None and t and moved is not None and last[0] is moved[0]:
-            kept = (moved[1], attended[:, :t].sum(1), t)
+            kept = (None if moved[1] is None else moved[1].tolist(), attended[:, :t].sum(1).tolist(), t)
         elif last is not None and repeats is not None and last[0] is extends:
             kept = repeats
         elif last is not None and t and last[0] is extends and extends.shape[1] == t:
@@ -57,8 +64,8 @@ class CallLog:
                 differs = ((node[:, :w] != last[0][:, :w]) | (attended[:, :w] != last[1][:, :w])).any(0)
                 kept = int(differs.long().argmax())
         start = t if isinstance(kept, tuple) else kept
-        self._entries.append((number, model, kept, node[:, start:].clone() if start else node,
-                              attended[:, start:].clone() if start else attended, n))
+        self._entries.append((number, model, kept, node[:, start:].tolist() if start else node,
+                              attended[:, start:].tolist() if start else attended, n))
         self._last[model] = (node, attended)
 
     def __len__(self) -> int:
@@ -70,8 +77,15 @@ class CallLog:
             if attended is None:  # inputs kept as a list, every one attended
                 node = torch.tensor(node, dtype=torch.int64, device=built[model][0].device).view(-1, n)
                 attended = torch.ones(node.shape, dtype=torch.bool, device=node.device)
+            elif isinstance(node, list):  # columns kept as lists [B][w] (an entry after the model's first)
+                device = built[model][0].device
+                node = torch.tensor(node, dtype=torch.int64, device=device)
+                attended = torch.tensor(attended, dtype=torch.bool, device=device)
             if isinstance(kept, tuple):
-                node, attended = _carried(*built[model], *kept, node, attended)
+                rows, counts, t = kept
+                rows = None if rows is None else torch.tensor(rows, dtype=torch.int64, device=node.device)
+                counts = torch.tensor(counts, dtype=torch.int64, device=node.device)
+                node, attended = _carried(*built[model], rows, counts, t, node, attended)
             elif kept:
                 node_before, attended_before = built[model]
                 node = torch.cat([node_before[:, :kept], node], 1)
