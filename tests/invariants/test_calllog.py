@@ -44,3 +44,22 @@ def test_the_log_reads_back_every_call_as_it_was(decoder, monkeypatch):
     if decoder in ("eqspec", "outside", "repad"):  # decoders that realign: some calls kept by length
         assert any(moved for *_, moved, _listed in seen)
     assert any(listed for *_, listed in seen)  # calls of few inputs, kept as the list of their nodes (.small)
+
+
+@pytest.mark.parametrize("decoder", ["outside", "right_holes"])
+def test_the_log_keeps_no_tensor_after_each_models_first_call(decoder):
+    """What the log keeps of a call after its model's first is Python lists: thousands of
+    small tensors living as long as the run, between the decoder's large transient
+    ones, keep the C heap from shrinking (the design notes give the peaks)."""
+    target, draft = pair("qwen3")
+    with watch(target=target, draft=draft) as w:
+        DECODERS[decoder](target, draft)
+    first, kinds = set(), set()
+    for number, model, kept, node, attended, n in w.history.log._entries:
+        if model not in first:
+            first.add(model)
+            continue
+        parts = (node, attended) + (kept if isinstance(kept, tuple) else ())
+        assert not any(isinstance(p, torch.Tensor) for p in parts), (decoder, number)
+        kinds.add("moved" if isinstance(kept, tuple) else "listed" if attended is None else "changed")
+    assert kinds == ({"moved", "listed"} if decoder == "outside" else {"changed", "listed"}), kinds
