@@ -177,21 +177,25 @@ class History:
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
         """Which row of the previous call each row continues: itself when the batch kept
-        its rows; else the row whose chain holds, at this row's last attended rank,
-        this row's last attended slot (a last layer's value sees the whole prefix):
-        ``(rows [B], False)``; ``(None, True)`` when the batch kept its rows (compared
-        in full here); ``(None, False)`` when some row continues none."""
+        its rows; else the first row whose chain holds, at its rank, each slot this row
+        attends, among those that hold its last attended slot there (two rows can hold
+        the same content at a rank: a shared prefix, or attention that gives far tokens
+        no weight): ``(rows [B], False)``; ``(None, True)`` when the batch kept its
+        rows (compared in full here); ``(None, False)`` when some row continues none."""
         b = held.shape[0]
         if by_rank.shape[0] == b and _holds(by_rank, at, att, held):
             return None, True
         last = torch.where(att, at, -1).max(1).values  # [B] the last attended rank (-1: none)
         key = held.gather(1, torch.where(att, torch.arange(att.shape[1], device=att.device), -1).max(1, keepdim=True)
                           .values.clamp(min=0))[:, 0]  # [B] the content of each row's last attended slot
-        match = by_rank[:, last.clamp(min=0)] == key[None, :]  # [B', B]
-        found = match.any(0) | (last < 0)
-        if not bool(found.all()):
+        match = (by_rank[:, last.clamp(min=0)] == key[None, :]) & (last >= 0)  # [B', B]
+        was, row = match.nonzero().unbind(1)  # the candidate pairs (previous row, row)
+        fits = torch.zeros_like(match)
+        fits[was, row] = (torch.where(att[row], by_rank[was].gather(1, at[row]), held[row]) == held[row]).all(1)
+        fits[:, last < 0] = True  # a row that attends nothing continues any
+        if not bool(fits.any(0).all()):
             return None, False
-        return match.long().argmax(0), False
+        return fits.long().argmax(0), False
 
     def _inputs(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", t: int) -> Chains:
         """The chains of a call whose context is the previous call's (see :meth:`read`):
