@@ -126,22 +126,30 @@ class Hasher:
 
 class LabelTable:
     """Every slot content any watched call wrote, by hash, with its label
-    ``(token, position, prefix hash, flag)`` (Spec §3.12.1)."""
+    ``(token, position, prefix hash, flag)`` (Spec §3.12.1).
+
+    Only a look-up reads the table, and a correct decoder's calls most often
+    need none (their labels are carried from call to call), so what the calls
+    wrote is kept as tensors, packed every 64 calls, and enters ``labels`` at
+    the next look-up (:meth:`flush`), in the order the calls wrote it."""
 
     def __init__(self):
         self.labels: dict = {}  # content hash -> (token, position, prefix hash, flag)
-        #: per call whose writes are not in ``labels`` yet: ``(hashes [B, n], labels [B, n, 4])`` of
+        #: per call whose writes are not packed yet: ``(hashes [B, n], labels [B, n, 4])`` of
         #: the slots it wrote, copied out of its chains (which need not outlive the call)
         self.pending: list = []
+        #: ``(hashes [M], labels [M, 4])`` per 64 calls packed, in call order, not in ``labels`` yet
+        self.packed: list = []
 
     def write(self, chains) -> None:
         """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
-        they enter the table before the next look-up, or every 64 calls."""
+        they enter the table at the next look-up, packed every 64 calls."""
         self.pending.append((chains.hashes[:, chains.cached:].clone(), chains.written().clone()))  # (no views)
         if len(self.pending) >= 64:
-            self.flush()
+            self.pack()
 
-    def flush(self) -> None:
+    def pack(self) -> None:
+        """The pending calls' writes as one pair of tensors, in the order they were written."""
         if self.pending:
             hashes, labels = [], []
             for run in _runs(self.pending):  # calls over as many rows side by side: one concatenation each
@@ -151,8 +159,15 @@ class LabelTable:
                 labels.append(torch.cat([label for _, label in run], 1).reshape(-1, 4)[index])
             hashes, labels = torch.cat(hashes), torch.cat(labels)
             kept = hashes != ABSENT  # written, then evicted by a window in the same call: never read back
-            self.add(hashes[kept], labels[kept])
+            self.packed.append((hashes[kept], labels[kept]))
         self.pending.clear()
+
+    def flush(self) -> None:
+        """Every write noted so far into ``labels``, in call order."""
+        self.pack()
+        for hashes, labels in self.packed:
+            self.add(hashes, labels)
+        self.packed.clear()
 
     def add(self, hashes: torch.Tensor, labels: torch.Tensor) -> None:
         """Remember ``hashes`` ``[M]`` with ``labels`` ``[M, 4]``; content written

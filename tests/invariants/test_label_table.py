@@ -79,3 +79,23 @@ def test_a_pending_call_keeps_only_what_it_wrote():
     assert table.pending[0][0].tolist() == [[11, 12], [21, 13]]
     table.flush()
     assert table.labels[11] == (5, 1, 70, WRITTEN)
+
+
+def test_writes_are_packed_not_labelled_until_a_look_up_needs_them():
+    """64 calls' writes become one pair of tensors and no table entry; the first
+    look-up labels them, as a table filled call by call would."""
+    table = LabelTable()
+    calls = [_calls()[i % 4] for i in range(64)]
+    for c in calls:
+        table.write(c)
+    assert table.labels == {} and table.pending == []
+    assert len(table.packed) == 1 and table.packed[0][1].shape[1] == 4
+    assert table.packed[0][0].numel() == sum(c.hashes[:, c.cached:].ne(ABSENT).sum() for c in calls)
+    found = table.lookup(torch.tensor([13, 31, 12, 999]))
+    eager = LabelTable()
+    for c in calls:
+        eager.write(c)
+        eager.flush()
+    assert table.packed == [] and table.labels == eager.labels
+    assert found.tolist() == [list(eager.labels[13]), list(eager.labels[31]), list(eager.labels[12]),
+                              [-1, -1, -1, 4]]
