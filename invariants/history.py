@@ -161,7 +161,7 @@ class History:
         by_rank = held.new_full((previous, width + 1), -1).scatter(1, slot, before.hashes)  # [B', W + 1]
         at = rank.clamp(0, width)
         rows, checked = self._rows(by_rank, held, att, at)
-        if not checked and (rows is None or not _holds(by_rank[rows], at, att, held)):
+        if rows is None and not checked:
             return None
         tokens = held.new_full((previous, width + 1), -1).scatter(1, slot, before.token)
         if rows is not None:  # (None: the batch kept its rows, each continues itself)
@@ -176,26 +176,27 @@ class History:
 
     @staticmethod
     def _rows(by_rank: torch.Tensor, held: torch.Tensor, att: torch.Tensor, at: torch.Tensor):
-        """Which row of the previous call each row continues: itself when the batch kept
-        its rows; else the first row whose chain holds, at its rank, each slot this row
-        attends, among those that hold its last attended slot there (two rows can hold
-        the same content at a rank: a shared prefix, or attention that gives far tokens
-        no weight): ``(rows [B], False)``; ``(None, True)`` when the batch kept its
-        rows (compared in full here); ``(None, False)`` when some row continues none."""
+        """Which row of the previous call each row continues, compared in full: itself when
+        the batch kept its rows (``(None, True)``); else the first row whose chain holds each
+        slot this row attends at its rank, among those holding its last one there (two rows
+        can hold one content at a rank: a shared prefix, or attention that gives far tokens
+        no weight): ``(rows [B], False)``; ``(None, False)`` when some row continues none."""
         b = held.shape[0]
         if by_rank.shape[0] == b and _holds(by_rank, at, att, held):
             return None, True
         last = torch.where(att, at, -1).max(1).values  # [B] the last attended rank (-1: none)
         key = held.gather(1, torch.where(att, torch.arange(att.shape[1], device=att.device), -1).max(1, keepdim=True)
                           .values.clamp(min=0))[:, 0]  # [B] the content of each row's last attended slot
-        match = (by_rank[:, last.clamp(min=0)] == key[None, :]) & (last >= 0)  # [B', B]
-        was, row = match.nonzero().unbind(1)  # the candidate pairs (previous row, row)
-        fits = torch.zeros_like(match)
-        fits[was, row] = (torch.where(att[row], by_rank[was].gather(1, at[row]), held[row]) == held[row]).all(1)
-        fits[:, last < 0] = True  # a row that attends nothing continues any
-        if not bool(fits.any(0).all()):
-            return None, False
-        return fits.long().argmax(0), False
+        match = by_rank[:, last.clamp(min=0)] == key[None, :]  # [B', B]
+        rows = match.long().argmax(0)  # [B]: the first previous row holding each row's last attended slot
+        fits = (torch.where(att, by_rank[rows].gather(1, at), held) == held).all(1) | (last < 0)  # [B]
+        for i in (~fits).nonzero().flatten().tolist():  # (rare: the next candidates, one row at a time)
+            was = [j for j in match[:, i].nonzero().flatten().tolist()
+                   if torch.equal(torch.where(att[i], by_rank[j].gather(0, at[i]), held[i]), held[i])]
+            if not was:
+                return None, False
+            rows[i] = was[0]
+        return rows, False
 
     def _inputs(self, call: ForwardCall, attended: torch.Tensor, before: "Chains", t: int) -> Chains:
         """The chains of a call whose context is the previous call's (see :meth:`read`):
