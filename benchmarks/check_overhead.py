@@ -6,18 +6,21 @@ and three decoders: batchspec's EQSPEC, the outside decoder of
 ``batchspec.examples`` (unpad–append–repad, a few large calls a round) and
 the outside decoder of ``holes_decoder.py`` (right padding, rejected drafts
 kept as masked holes, ``k + 2`` one-token or ``k + 1``-token calls a round).
-Each (decoder, length) runs in a fresh process: one unwatched run, then
-``--repeat`` runs inside ``watch`` with ``w.outputs``, each followed by an
-unwatched run. Per watched run the check time is what the hooks and
-``outputs`` spend (``Watch.check_seconds`` in wall time,
-``Watch.check_cpu_seconds`` in process CPU time), the decode time the rest
-of the run. Printed:
+Each (decoder, length) is measured ``--repeat`` times, each time in a
+fresh process: one unwatched run, one run inside ``watch`` with
+``w.outputs``, one more unwatched run. The processes run in rounds, every
+(decoder, length) once a round, so that a drift of a shared machine's speed
+over the benchmark reaches every length alike (the growth from the first
+length to the last compares lengths measured apart in time). In the watched
+run the check time is what the hooks and ``outputs`` spend
+(``Watch.check_seconds`` in wall time, ``Watch.check_cpu_seconds`` in
+process CPU time), the decode time the rest of the run. Printed, each the
+median over the rounds:
 
-* ``check / decode``: the median check / decode ratio, in CPU and in wall time;
-* ``watched / unwatched``: the median watched run over the median unwatched
-  run, minus one (``+cpu %``, ``+wall %``): what watching costs the whole
-  run. It is mostly above the first figure (it is a ratio of two medians,
-  so noisier), by what the check does to the decoder's own work, which the
+* ``check / decode``: the check / decode ratio, in CPU and in wall time;
+* ``watched / unwatched``: the watched run over the unwatched run after it,
+  minus one (``+cpu %``, ``+wall %``): what watching costs the whole
+  run. It is mostly above the first figure (it is noisier), by what the check does to the decoder's own work, which the
   hooks' clocks cannot see: timed between the hooks, the
   models' forwards run a few percent slower in a watched run (most likely
   the processor's caches, which the hooks fill with their own data and code);
@@ -26,7 +29,7 @@ of the run. Printed:
   grow with what a call attends, see
   :class:`~batchspec.invariants.hf_cache.Seal`), and the unwatched run
   (``run``: how the decoder's own cost per call grows with the length);
-* the peak resident memory after the watched runs over that after the
+* the peak resident memory after the watched run over that after the
   first unwatched run (the process's ``ru_maxrss``; "above base": both
   measured above the resident memory once the models are loaded).
 
@@ -169,9 +172,9 @@ def watched(args, name: str, n: int) -> dict:
 
 
 def _in_child(args, name: str, n: int) -> dict:
-    """:func:`watched` in a fresh process, so that its peak memory is its own."""
+    """:func:`watched` with one watched run, in a fresh process, so that its peak memory is its own."""
     command = [sys.executable, __file__, "--one", f"{name}:{n}", "--pair", args.pair, "--batch", str(args.batch),
-               "--k", str(args.k), "--repeat", str(args.repeat)]
+               "--k", str(args.k), "--repeat", "1"]
     env = dict(os.environ)
     if args.mmap_threshold:  # glibc reads it at start-up: the child's allocator, fixed (see --mmap-threshold)
         env["MALLOC_MMAP_THRESHOLD_"] = str(args.mmap_threshold)
@@ -181,9 +184,20 @@ def _in_child(args, name: str, n: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _median_row(rows: list) -> dict:
+    """One (decoder, length) over the rounds: each figure's median, the CPU shares' range."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, (int, float)) and key not in ("new tokens", "calls"):
+            out[key] = round(statistics.median(r[key] for r in rows), 3)
+    shares = [r["check/decode cpu %"] for r in rows]
+    out["cpu % range"] = [min(shares), max(shares)]
+    return out
+
+
 def _print_watch(args, rows: list) -> None:
     print(f"watch (C1-C3, no glue), pair {args.pair}, batch {args.batch}, k {args.k} (holes decoder "
-          f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} watched runs"
+          f"k {max(args.k - 1, 1)}), float32, 1 thread, median of {args.repeat} rounds of one watched run a process"
           + (f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else ""))
     print(f"{'':>30} {'check / decode':>14}  {'watched / unwatched':>19}  {'CPU per call, ms: check':>23}")
     print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'+cpu %':>9} {'+wall %':>9}  "
@@ -227,7 +241,9 @@ def main(argv=None) -> None:
     names = [x.strip() for x in args.decoders.split(",")]
     if unknown := set(names) - set(DECODERS):
         raise SystemExit(f"unknown decoder(s) {sorted(unknown)}: use {', '.join(DECODERS)}")
-    watch_rows = [_in_child(args, name, n) for n in lengths for name in names]
+    cells = [(name, n) for n in lengths for name in names]
+    rounds = [[_in_child(args, name, n) for name, n in cells] for _ in range(args.repeat)]  # (see the module doc)
+    watch_rows = [_median_row([r[i] for r in rounds]) for i in range(len(cells))]
     rows = []
     if not args.no_layout:
         torch.set_num_threads(1)
