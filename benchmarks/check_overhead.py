@@ -20,9 +20,10 @@ median over the rounds:
 * ``check / decode``: the check / decode ratio, in CPU and in wall time;
 * ``watched / unwatched``: the watched run over the unwatched run after it,
   minus one (``+cpu %``, ``+wall %``): what watching costs the whole
-  run. It is mostly above the first figure (it is noisier), by what the check does to the decoder's own work, which the
-  hooks' clocks cannot see: timed between the hooks, the
-  models' forwards run a few percent slower in a watched run (most likely
+  run. It is mostly above the first figure (it is noisier), by what the
+  check does to the decoder's own work, which the hooks' clocks cannot
+  see: timed between the hooks, the models' forwards run a few percent
+  slower in a watched run (most likely
   the processor's caches, which the hooks fill with their own data and code);
 * per forward call, in CPU ms: the check, the part of it spent re-reading
   the cached columns (``re-read``: the seal's compare, the part that must

@@ -74,7 +74,7 @@ def contenders(target, mask: torch.Tensor) -> dict:
         "whole": lambda: torch.equal(words[0], kept[..., :w]) and torch.equal(words[1], kept[..., w:]),
         "attended": lambda: torch.equal(words[0][rows, cols], kept[rows, cols, :w])
         and torch.equal(words[1][rows, cols], kept[rows, cols, w:]),
-        "hash": lambda: torch.equal(hasher.word_hashes(torch.cat([words[0], words[1]], -1)), kept_hashes),
+        "hash": lambda: torch.equal(hasher.pair_hashes(keys[:, :, :t], values[:, :, :t]), kept_hashes),
     }
 
 

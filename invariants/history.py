@@ -192,7 +192,7 @@ class History:
         fits = (torch.where(att, by_rank[rows].gather(1, at), held) == held).all(1) | (last < 0)  # [B]
         for i in (~fits).nonzero().flatten().tolist():  # (rare: the next candidates, one row at a time)
             was = [j for j in match[:, i].nonzero().flatten().tolist()
-                   if torch.equal(torch.where(att[i], by_rank[j].gather(0, at[i]), held[i]), held[i])]
+                   if _holds(by_rank[j, None], at[i, None], att[i, None], held[i, None])]
             if not was:
                 return None, False
             rows[i] = was[0]
