@@ -207,7 +207,7 @@ def _own(x: torch.Tensor) -> torch.Tensor:
     :class:`~batchspec.invariants.columns.Columns` buffer), so that keeping it keeps
     no more. Nothing writes into what the checker keeps (Columns' views, a call's
     ``written``), so ``x`` itself is kept otherwise."""
-    if x.untyped_storage().nbytes() <= x.numel() * x.element_size():
+    if x._base is None or x.untyped_storage().nbytes() <= x.numel() * x.element_size():
         return x
     return x.clone()
 
