@@ -5,12 +5,9 @@ makes of one :class:`~batchspec.invariants.observation.ForwardCall`: per
 row, every attended slot and input as an element of one chain, with what
 its label says and the hash of the chain before it. A call that appended to
 the previous call's cache has its labels built at once, appended to the
-previous call's, and a call whose rows attend what the previous call's rows
-attended, wherever the slots now sit, have their context labels built when
-first read, from a :data:`Source` (:class:`Extended`, :class:`Moved`): a
-correct decoder's calls are checked on hashes and ranks alone, and most of
-those labels are never read. Every :data:`DEPTH` lazy contexts in a row,
-the oldest is :class:`Cut`: read from the label table if ever needed.
+previous call's (:class:`~batchspec.invariants.columns.Columns`); a call whose
+rows attend what the previous call's rows attended, wherever the slots now
+sit, has them built when first read, from a :data:`Source`, :class:`Moved`.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from ._util import like, on
-from .columns import head
 from .observation import ForwardCall
 from .slots import PADDING, UNWRITTEN, WRITTEN
 
@@ -167,21 +163,10 @@ class Chains:
         return self._labels
 
     def labels(self) -> torch.Tensor:
-        """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed:
-        an :class:`Extended` context into its model's label columns, in place)."""
+        """``[B, T + n, 4]`` the labels of every slot after the call (built when first needed)."""
         if self._labels is None:
-            if self._context is None and isinstance(self.source, Extended):
-                return self.labels_in(self.source.columns)
             self._labels = torch.cat([self.context, self.written()], 1)
         return self._labels
-
-    def forget_previous(self) -> None:
-        """Let go of the previous calls a lazy context would be built from (History._bounded):
-        it is read from the label table instead, if ever (:class:`Cut`)."""
-        if self._context is None and self.source is not None and not isinstance(self.source, Cut):
-            t = self.cached
-            self.source = Cut(self.history.labels, self.hashes[:, :t], self.attended[:, :t])
-        self.depth = 0
 
     @property
     def position(self) -> torch.Tensor:
@@ -225,40 +210,5 @@ class Moved:
                            like(UNREAD, every))
 
 
-@dataclass(frozen=True)
-class Extended:
-    """The context of a call that appends to the previous call's chain, its cached slots
-    holding and attended as then (History._inputs, .small.few): ``previous``'s labels
-    up to slot ``t``, built into ``columns`` (the model's label
-    :class:`~batchspec.invariants.columns.Columns`, so that a run of such calls appends in place)."""
-
-    previous: Chains
-    t: int
-    columns: object
-
-    def labels(self) -> torch.Tensor:
-        """``[B, T, 4]`` the labels of the cached slots: the previous call's."""
-        return head(self.previous.labels_in(self.columns), self.t)
-
-
-@dataclass(frozen=True)
-class Cut:
-    """The context of a call at the end of :data:`DEPTH` lazy ones (History._bounded):
-    the labels the label table holds for the content of each attended slot (every
-    watched call's writes are in it; where several writers disagree it says so, as
-    C1's confirmation reads it), the rest unread. Holds no previous call."""
-
-    table: object  # the History's LabelTable
-    hashes: torch.Tensor  # [B, T] the content hashes of the call's cached slots
-    attended: torch.Tensor  # [B, T]
-
-    def labels(self) -> torch.Tensor:
-        """``[B, T, 4]`` the labels of the cached slots, unattended ones unread."""
-        label = like(UNREAD, self.hashes).expand(*self.hashes.shape, 4).clone()
-        if bool(self.attended.any()):
-            label[self.attended] = self.table.lookup(self.hashes[self.attended])
-        return label
-
-
 #: Where a call's context labels come from.
-Source = Moved | Extended | Cut
+Source = Moved

@@ -27,7 +27,7 @@ import torch
 
 from ._util import like, on
 from .calllog import CallLog
-from .chains import UNREAD, DEPTH, Chains, Extended, Moved
+from .chains import UNREAD, DEPTH, Chains, Moved
 from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
@@ -220,9 +220,10 @@ class History:
         quad, new = cols[0].reserve(before.elements(t), b, n, (4,), rank_in.dtype, rank_in.device)
         torch.stack([rank_in, like(ids, rank_in), node_in - contrib, node_in], -1, out=new)  # (written in place)
         chains = Chains(self.calls, call, attended, *quad.unbind(-1), self, checked=t,
-                        _marks=self.marks(before, t), quad=quad, _every=every, extends=before.node,
-                        source=Extended(before, t, cols[1]), depth=self._bounded(before))
-        chains.written()  # (the label table's: the context is built only if read)
+                        _marks=self.marks(before, t), quad=quad, _every=every, extends=before.node)
+        chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
+        chains.written(out=new)
+        chains._context = chains._labels[:, :t]
         return chains
 
     def columns_of(self, model: str) -> tuple:
@@ -235,11 +236,10 @@ class History:
     @staticmethod
     def _bounded(before: Chains) -> int:
         """The depth of a call whose context is read from ``before``'s; every
-        :data:`DEPTH` calls ``before``'s lazy context is cut (:meth:`Chains.forget_previous`: read from
-        the label table if ever needed), so that no chain of lazy contexts (and of
-        Chains kept alive by it) grows with the run."""
+        :data:`DEPTH` calls ``before``'s labels are built now, so that no chain of
+        lazy contexts (and of Chains kept alive by it) grows with the run."""
         if before.depth + 1 >= DEPTH:
-            before.forget_previous()
+            before.labels()
         return before.depth + 1
 
     def _context(self, model: str, hashes: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from array import array
 
 import torch
 
-from .chains import Chains, Extended
+from .chains import Chains
 from .columns import head
 from .slots import BLIND, PADDING, WRITTEN
 
@@ -98,12 +98,13 @@ def few(history, call, attended: torch.Tensor, before, t: int):
     fill(new, quad)
     chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=t,
                     _marks=history.marks(before, t), quad=whole, _every=True, extends=before.node,
-                    at_rank=at_rank, lists=columns, source=Extended(before, t, cols[1]),
-                    depth=history._bounded(before))
+                    at_rank=at_rank, lists=columns)
+    chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
     if fed is None:
-        chains.written()
-    else:  # (the label table's: the context is built only if read)
-        chains._written = torch.frombuffer(array("q", labels), dtype=torch.int64).view(b, n, 4)
+        chains.written(out=new)
+    else:
+        chains._written = fill(new, labels)
+    chains._context = chains._labels[:, :t]
     return chains
 
 
