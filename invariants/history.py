@@ -21,7 +21,7 @@ its label says and the hash of the chain before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -284,7 +284,7 @@ class History:
             self._choices(chains)
         self.stream.remember(chains, self.chosen)
         if call.logits is not None:  # the choices are read: the chains, carried on, keep no [B, n, V] logits
-            chains.call = ForwardCall(call.model, call.input_ids, call.attention_mask, call.position_ids, call.cache_length)
+            chains.call = replace(call, logits=None)
 
     def _choices(self, chains: Chains) -> None:
         """Record the target's next-token choice after every input its logits cover

@@ -144,7 +144,7 @@ class LabelTable:
     def write(self, chains) -> None:
         """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
         they enter the table at the next look-up, packed every 64 calls."""
-        self.pending.append((_own(chains.hashes[:, chains.cached:]), _own(chains.written())))
+        self.pending.append((chains.hashes[:, chains.cached:].clone(), chains.written().clone()))  # (no views)
         if len(self.pending) >= 64:
             self.pack()
 
@@ -200,16 +200,6 @@ class LabelTable:
         missing = (-1, -1, -1, UNWRITTEN)
         found = [self.labels.get(h, missing) for h in hashes.tolist()]
         return torch.tensor(found, dtype=torch.int64, device=hashes.device).view(-1, 4)
-
-
-def _own(x: torch.Tensor) -> torch.Tensor:
-    """``x``, copied when it is a view of more memory than its own (a slice of a
-    :class:`~batchspec.invariants.columns.Columns` buffer), so that keeping it keeps
-    no more. Nothing writes into what the checker keeps (Columns' views, a call's
-    ``written``), so ``x`` itself is kept otherwise."""
-    if x._base is None or x.untyped_storage().nbytes() <= x.numel() * x.element_size():
-        return x
-    return x.clone()
 
 
 def _in_call_order(shape: tuple, widths: list, device) -> torch.Tensor:
