@@ -16,6 +16,7 @@ from batchspec.invariants.correctness import one_chain
 from batchspec.invariants.history import History
 from batchspec.invariants.observation import ForwardCall
 from batchspec.invariants.small import extend, fill, wrap
+from batchspec.invariants.slots import BLIND
 
 
 def test_wrap_is_int64_arithmetic():
@@ -229,3 +230,36 @@ def test_a_call_after_labels_re_read_from_the_table_is_read_alike(monkeypatch):
                         lambda *a: returned.append((a[3].confirmed, read(*a))) or returned[-1][1])
     assert _drive(small_module.SMALL, steps, monkeypatch) == _drive(0, steps, monkeypatch)
     assert returned == [(True, None), (True, None)]  # tried after the re-read, as lists and by size
+
+
+def test_a_token_hidden_in_merged_content_after_a_long_run():
+    """Row 0 is fed 77 at position 4, the target's choice there, as content row 1 writes too
+    (the same token at the same position after another prefix: the label table merges it,
+    BLIND); then 40 calls feed row 0 masked pads while row 1 goes on; then row 0 masks 77's
+    slot and goes on with 78 at position 4. C1 flags that call with the hidden committed
+    token: the detour check reads the writer's own label of the masked slot, carried through
+    the 40 calls (a long run's labels are built, not read from the table, which merged it)."""
+    history, held, found = History(), [[], []], []
+
+    def call(ids, mask, positions, new):
+        t = len(held[0])
+        for row, h in zip(held, new):
+            row += h
+        step = ForwardCall("draft", torch.tensor(ids), torch.tensor(mask), torch.tensor(positions), t)
+        chains = history.read(step, torch.tensor(held))
+        found.append([(v.row, v.detail) for v in one_chain(chains)])
+        history.remember(chains)
+        return chains
+
+    call([[10, 11, 12, 13], [20, 21, 22, 23]], [[1] * 4] * 2, [[0, 1, 2, 3]] * 2,
+         [[101, 102, 103, 104], [201, 202, 203, 204]])
+    prefix = int(call([[77], [77]], [[1] * 5] * 2, [[4], [4]], [[9999], [9999]]).before[0, 4])
+    for i in range(40):  # row 0: a masked pad a call; row 1: a token at the next position
+        t = len(held[0])
+        call([[0], [30 + i]], [[1] * 5 + [0] * (i + 1), [1] * (t + 1)], [[0], [5 + i]], [[100000 + i], [200000 + i]])
+    history.chosen.setdefault(prefix, {})[77] = 2  # the target chose 77 there
+    t = len(held[0])
+    call([[78], [99]], [[1, 1, 1, 1, 0] + [0] * 40 + [1], [1] * (t + 1)], [[4], [45]], [[777], [888]])
+    assert history.labels.lookup(torch.tensor([9999]))[0, 3] == BLIND  # the table merged 77's content
+    assert found[:-1] == [[]] * 42
+    assert [row for row, _ in found[-1]] == [0] and "the mask hides a committed token" in found[-1][0][1]
