@@ -162,12 +162,12 @@ def test_a_changed_mask_that_breaks_the_chain_is_caught_alike(hide, cause, monke
     assert cause in listed[0][3]
 
 
-def _drive(size: int, steps: list, monkeypatch) -> list:
-    """Draft calls read by a bare :class:`History` from ``steps`` ``(ids, mask, positions, T,
-    content hashes after the call)``, as ``watch`` reads them (read, C1, remember): per call,
-    its violations ``(row, actual, detail)`` and its chain hashes."""
+def _drive(size: int, steps: list, monkeypatch, history: History | None = None) -> list:
+    """Draft calls read by a bare :class:`History` (``history``, or a new one) from ``steps``
+    ``(ids, mask, positions, T, content hashes after the call)``, as ``watch`` reads them (read,
+    C1, remember): per call, its violations ``(row, actual, detail)`` and its chain hashes."""
     monkeypatch.setattr(small_module, "SMALL", size)
-    history, out = History(), []
+    history, out = History() if history is None else history, []
     for ids, mask, positions, t, hashes in steps:
         ids = torch.tensor(ids, dtype=torch.long).view(len(mask), -1)
         call = ForwardCall("draft", ids, torch.tensor(mask), torch.tensor(positions).view(ids.shape), t)
@@ -232,34 +232,32 @@ def test_a_call_after_labels_re_read_from_the_table_is_read_alike(monkeypatch):
     assert returned == [(True, None), (True, None)]  # tried after the re-read, as lists and by size
 
 
-def test_a_token_hidden_in_merged_content_after_a_long_run():
+def test_a_token_hidden_in_merged_content_after_a_long_run(monkeypatch):
     """Row 0 is fed 77 at position 4, the target's choice there, as content row 1 writes too
     (the same token at the same position after another prefix: the label table merges it,
     BLIND); then 40 calls feed row 0 masked pads while row 1 goes on; then row 0 masks 77's
     slot and goes on with 78 at position 4. C1 flags that call with the hidden committed
-    token: the detour check reads the writer's own label of the masked slot, carried through
-    the 40 calls (a long run's labels are built, not read from the table, which merged it)."""
-    history, held, found = History(), [[], []], []
+    token, with the list paths on and off: the detour check reads the writer's own label of
+    the masked slot, carried through the 40 calls (a long run's labels are built, not read
+    from the table, which merged it)."""
+    held = [[101, 102, 103, 104], [201, 202, 203, 204]]
+    steps = [([[10, 11, 12, 13], [20, 21, 22, 23]], [[1] * 4] * 2, [[0, 1, 2, 3]] * 2, 0, [r[:] for r in held])]
 
-    def call(ids, mask, positions, new):
+    def step(ids, mask, positions, new):
         t = len(held[0])
         for row, h in zip(held, new):
-            row += h
-        step = ForwardCall("draft", torch.tensor(ids), torch.tensor(mask), torch.tensor(positions), t)
-        chains = history.read(step, torch.tensor(held))
-        found.append([(v.row, v.detail) for v in one_chain(chains)])
-        history.remember(chains)
-        return chains
+            row.append(h)
+        steps.append((ids, mask, positions, t, [r[:] for r in held]))
 
-    call([[10, 11, 12, 13], [20, 21, 22, 23]], [[1] * 4] * 2, [[0, 1, 2, 3]] * 2,
-         [[101, 102, 103, 104], [201, 202, 203, 204]])
-    prefix = int(call([[77], [77]], [[1] * 5] * 2, [[4], [4]], [[9999], [9999]]).before[0, 4])
+    step([[77], [77]], [[1] * 5] * 2, [[4], [4]], [9999, 9999])
     for i in range(40):  # row 0: a masked pad a call; row 1: a token at the next position
-        t = len(held[0])
-        call([[0], [30 + i]], [[1] * 5 + [0] * (i + 1), [1] * (t + 1)], [[0], [5 + i]], [[100000 + i], [200000 + i]])
-    history.chosen.setdefault(prefix, {})[77] = 2  # the target chose 77 there
-    t = len(held[0])
-    call([[78], [99]], [[1, 1, 1, 1, 0] + [0] * 40 + [1], [1] * (t + 1)], [[4], [45]], [[777], [888]])
-    assert history.labels.lookup(torch.tensor([9999]))[0, 3] == BLIND  # the table merged 77's content
-    assert found[:-1] == [[]] * 42
-    assert [row for row, _ in found[-1]] == [0] and "the mask hides a committed token" in found[-1][0][1]
+        step([[0], [30 + i]], [[1] * 5 + [0] * (i + 1), [1] * (6 + i)], [[0], [5 + i]], [100000 + i, 200000 + i])
+    step([[78], [99]], [[1, 1, 1, 1, 0] + [0] * 40 + [1], [1] * 46], [[4], [45]], [777, 888])
+    for size in (small_module.SMALL, 0):
+        history = History()
+        run = _drive(size, steps[:-1], monkeypatch, history)
+        history.chosen.setdefault(run[0][1][0][3], {})[77] = 2  # the target chose 77 after row 0's prompt
+        last = _drive(size, steps[-1:], monkeypatch, history)[0][0]
+        assert history.labels.lookup(torch.tensor([9999]))[0, 3] == BLIND  # the table merged 77's content
+        assert [found for found, _ in run] == [[]] * 42
+        assert [row for row, *_ in last] == [0] and "the mask hides a committed token" in last[0][2], last
