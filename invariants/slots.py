@@ -130,13 +130,14 @@ class LabelTable:
 
     Only a look-up reads the table, and a correct decoder's calls most often
     need none (their labels are carried from call to call), so what the calls
-    wrote is kept as tensors, packed every 64 calls, and enters ``labels`` at
+    wrote is kept as tensors, flat in the order each call wrote it (row by
+    row), packed every 64 calls by one concatenation, and enters ``labels`` at
     the next look-up (:meth:`flush`), in the order the calls wrote it."""
 
     def __init__(self):
         self.labels: dict = {}  # content hash -> (token, position, prefix hash, flag)
-        #: per call whose writes are not packed yet: ``(hashes [B, n], labels [B, n, 4])`` of
-        #: the slots it wrote, copied out of its chains (which need not outlive the call)
+        #: per call whose writes are not packed yet: ``(hashes [B * n], labels [B * n, 4])`` of
+        #: the slots it wrote, row by row, copied out of its chains (which need not outlive the call)
         self.pending: list = []
         #: ``(hashes [M], labels [M, 4])`` per 64 calls packed, in call order, not in ``labels`` yet
         self.packed: list = []
@@ -144,20 +145,17 @@ class LabelTable:
     def write(self, chains) -> None:
         """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
         they enter the table at the next look-up, packed every 64 calls."""
-        self.pending.append((chains.hashes[:, chains.cached:].clone(), chains.written().clone()))  # (no views)
+        # copies (no views), contiguous, so that each reads flat row by row without another copy
+        self.pending.append((chains.hashes[:, chains.cached:].clone(memory_format=torch.contiguous_format).view(-1),
+                             chains.written().clone(memory_format=torch.contiguous_format).view(-1, 4)))
         if len(self.pending) >= 64:
             self.pack()
 
     def pack(self) -> None:
-        """The pending calls' writes as one pair of tensors, in the order they were written."""
+        """The pending calls' writes as one pair of tensors, in the order they were written:
+        call by call, each call row by row (content written twice is merged first writer first)."""
         if self.pending:
-            hashes, labels = [], []
-            for run in _runs(self.pending):  # calls over as many rows side by side: one concatenation each
-                written = torch.cat([h for h, _ in run], 1)  # [B, N]
-                index = _in_call_order(written.shape, [h.shape[1] for h, _ in run], written.device)
-                hashes.append(written.reshape(-1)[index])
-                labels.append(torch.cat([label for _, label in run], 1).reshape(-1, 4)[index])
-            hashes, labels = torch.cat(hashes), torch.cat(labels)
+            hashes, labels = torch.cat([h for h, _ in self.pending]), torch.cat([label for _, label in self.pending])
             kept = hashes != ABSENT  # written, then evicted by a window in the same call: never read back
             self.packed.append((hashes[kept], labels[kept]))
         self.pending.clear()
@@ -201,24 +199,3 @@ class LabelTable:
         found = [self.labels.get(h, missing) for h in hashes.tolist()]
         return torch.tensor(found, dtype=torch.int64, device=hashes.device).view(-1, 4)
 
-
-def _in_call_order(shape: tuple, widths: list, device) -> torch.Tensor:
-    """Indices into ``[B, N]`` flattened (calls of ``widths`` columns side by side) that
-    read it call by call, each call row by row: the order the calls wrote in, so
-    that content written twice is merged first writer first (:meth:`LabelTable.add`)."""
-    b = shape[0]
-    call = torch.repeat_interleave(torch.arange(len(widths), device=device),
-                                   torch.tensor(widths, device=device))  # [N]: each column's call
-    order = call[None, :] * b + torch.arange(b, device=device)[:, None]  # [B, N]: (call, row), in that order
-    return order.reshape(-1).argsort(stable=True)  # (stable: a row's columns of one call stay in order)
-
-
-def _runs(pending: list) -> list[list]:
-    """``pending`` (:attr:`LabelTable.pending`) cut into runs of consecutive calls over the same number of rows."""
-    runs: list = []
-    for c in pending:
-        if runs and runs[-1][0][0].shape[0] == c[0].shape[0]:
-            runs[-1].append(c)
-        else:
-            runs.append([c])
-    return runs

@@ -76,7 +76,7 @@ def test_a_pending_call_keeps_only_what_it_wrote():
     del call
     gc.collect()
     assert gone() is None and hashes() is None
-    assert table.pending[0][0].tolist() == [[11, 12], [21, 13]]
+    assert table.pending[0][0].tolist() == [11, 12, 21, 13]  # row by row, flat
     table.flush()
     assert table.labels[11] == (5, 1, 70, WRITTEN)
 
