@@ -99,3 +99,14 @@ def test_writes_are_packed_not_labelled_until_a_look_up_needs_them():
     assert table.packed == [] and table.labels == eager.labels
     assert found.tolist() == [list(eager.labels[13]), list(eager.labels[31]), list(eager.labels[12]),
                               [-1, -1, -1, 4]]
+
+
+def test_within_a_call_the_earlier_row_writes_first():
+    """Content one call writes twice, late in row 0 and early in row 1, keeps row 0's label:
+    a call's writes are read row by row (as it wrote them), not column by column."""
+    twice = _call([[0, 1, 50], [0, 50, 2]], 1, [[[3, 1, 60, WRITTEN], [4, 2, 61, WRITTEN]],
+                                              [[4, 1, 70, WRITTEN], [5, 2, 71, WRITTEN]]])
+    table = LabelTable()
+    table.write(twice)
+    table.flush()
+    assert table.labels[50] == (4, 2, 61, AMBIGUOUS)  # row 0's label, flagged: row 1 wrote it at position 1
