@@ -7,7 +7,9 @@ its label says and the hash of the chain before it. A call that appended to
 the previous call's cache has its labels built at once, appended to the
 previous call's (:class:`~batchspec.invariants.columns.Columns`); a call whose
 rows attend what the previous call's rows attended, wherever the slots now
-sit, has them built when first read, from a :data:`Source`, :class:`Moved`.
+sit, has them built when first read, from a :data:`Source`: :class:`Moved`,
+and for the calls read as lists after it :class:`Extended`, until
+:func:`link` cuts the chain (:class:`Own`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from ._util import like, on
 from .observation import ForwardCall
+from .columns import head
 from .slots import PADDING, UNWRITTEN, WRITTEN
 
 if TYPE_CHECKING:
@@ -61,8 +64,8 @@ class Chains:
     #: this one's first ``c`` cached slots, as of ``count`` rejected nodes, and the nodes it fed
     _marks: tuple | None = None
     _fed: list | None = None  # the nodes of the call's attended inputs (stream.fed_inputs), once read
-    #: calls since the last one whose context labels were built: each lazy context reads the
-    #: previous call's, so :meth:`History._bounded` builds one every :data:`DEPTH` calls
+    #: calls since the last one whose context labels are not read from another call's: each
+    #: lazy context reads the previous call's, so :func:`link` cuts the chain every :data:`DEPTH` calls
     depth: int = 0
     _choice: torch.Tensor | None = None  # [B, kept] the logits' argmax, once read
     _written: torch.Tensor | None = None  # [B, n, 4] the labels of the slots the call wrote, once built
@@ -210,5 +213,56 @@ class Moved:
                            like(UNREAD, every))
 
 
+@dataclass(frozen=True)
+class Extended:
+    """The context of a call read as lists (:func:`~batchspec.invariants.small.few`) after a
+    call whose own context is not read yet: the first ``t`` labels of ``previous``'s slots
+    after it. So a realignment's labels, carried by rank, are built only if something reads them."""
+
+    previous: Chains
+    t: int
+
+    def labels(self) -> torch.Tensor:
+        """``[B, T, 4]`` the labels of the cached slots."""
+        return head(self.previous.labels(), self.t)
+
+
+@dataclass(frozen=True)
+class Own:
+    """The context of a call whose chain of lazy contexts was cut (:func:`link`), read
+    from the call's own chain: the first ``T`` of its ``token``, ``rank``, ``before``
+    and ``attended``. Every attended slot of a chain read from a carried context holds
+    the element C1 checked there (at the call that wrote it, when C1 held there), so its
+    label is its writer's own: that token, fed at that rank, after that prefix (Spec
+    §3.12.2), not the label table's, which merges writers; the rest are unread, as
+    :class:`Moved` reads them."""
+
+    token: torch.Tensor
+    rank: torch.Tensor
+    before: torch.Tensor
+    attended: torch.Tensor
+    previous = None  # no Chains kept alive
+
+    def labels(self) -> torch.Tensor:
+        """``[B, T, 4]`` the labels of the cached slots."""
+        quad = torch.stack([self.token, self.rank, self.before, torch.full_like(self.token, WRITTEN)], -1)
+        return torch.where(self.attended[..., None], quad, like(UNREAD, quad))
+
+
 #: Where a call's context labels come from.
-Source = Moved
+Source = Moved | Extended | Own
+
+
+def link(before: Chains) -> int:
+    """The depth of a call whose context is read from ``before``'s. Every :data:`DEPTH`
+    calls the chain of lazy contexts is cut: ``before``'s context is then read from its
+    own chain when first needed (:class:`Own`), not built from the calls before it, so
+    that neither the work nor the Chains kept alive grow with the run."""
+    if before.depth + 1 >= DEPTH:
+        if before.source is not None and not before.window:
+            t = before.cached
+            before.source = Own(before.token[:, :t], before.rank[:, :t], before.before[:, :t], before.attended[:, :t])
+            before.depth = 0
+        else:
+            before.labels()
+    return before.depth + 1

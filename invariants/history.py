@@ -27,7 +27,7 @@ import torch
 
 from ._util import like, on
 from .calllog import CallLog
-from .chains import UNREAD, DEPTH, Chains, Moved
+from .chains import UNREAD, Chains, Moved, link
 from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
@@ -171,7 +171,7 @@ class History:
         contrib = (token + 1) * torch.take(weights, ranks.clamp(min=0)) * attended
         node = contrib.cumsum(1)
         return Chains(self.calls, call, attended, ranks, token, node - contrib, node, self, checked=t,
-                      source=Moved(before, slot, at, att, rows), depth=self._bounded(before),
+                      source=Moved(before, slot, at, att, rows), depth=link(before),
                       _marks=self.marks(before, t), moved_from=(before.node, rows))
 
     @staticmethod
@@ -232,15 +232,6 @@ class History:
         if cols is None:
             cols = self.columns[model] = (Columns(), Columns())
         return cols
-
-    @staticmethod
-    def _bounded(before: Chains) -> int:
-        """The depth of a call whose context is read from ``before``'s; every
-        :data:`DEPTH` calls ``before``'s labels are built now, so that no chain of
-        lazy contexts (and of Chains kept alive by it) grows with the run."""
-        if before.depth + 1 >= DEPTH:
-            before.labels()
-        return before.depth + 1
 
     def _context(self, model: str, hashes: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """Labels ``[B, T, 4]`` of the cached slots with these content hashes: carried

@@ -23,7 +23,7 @@ from array import array
 
 import torch
 
-from .chains import Chains
+from .chains import Chains, Extended, link
 from .columns import head
 from .slots import BLIND, PADDING, WRITTEN
 
@@ -85,7 +85,9 @@ def fill(out: torch.Tensor, flat: list) -> torch.Tensor:
 def few(history, call, attended: torch.Tensor, before, t: int):
     """:meth:`~batchspec.invariants.history.History._inputs` for a call of at
     most :data:`SMALL` inputs, every one attended: the same :class:`Chains`, its new columns
-    computed as lists (:func:`extend`) and written in one copy each. None for a larger call."""
+    computed as lists (:func:`extend`) and written in one copy each. After a call whose context
+    is not built yet (carried by rank), its labels are not built either (:class:`~.chains.Extended`):
+    nothing reads them unless a violation is explained or a mask changes. None for a larger call."""
     ids, positions = call.input_ids, call.position_ids
     b, n = ids.shape
     if not 0 < b * n <= SMALL:
@@ -99,6 +101,10 @@ def few(history, call, attended: torch.Tensor, before, t: int):
     chains = Chains(history.calls, call, attended, *whole.unbind(-1), history, checked=t,
                     _marks=history.marks(before, t), quad=whole, _every=True, extends=before.node,
                     at_rank=at_rank, lists=columns)
+    if before.source is not None and fed is not None:  # its context is not built (carried by rank): nor this one's
+        chains.source, chains.depth = Extended(before, t), link(before)
+        chains._written = torch.frombuffer(array("q", labels), dtype=torch.int64).view(b, n, 4).to(ids.device)
+        return chains
     chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
     if fed is None:
         chains.written(out=new)

@@ -9,6 +9,7 @@ import _bug_decoders as decoders
 from _broken_helpers import K, N, WITH_PAD_ID, pair
 from _catch import check_catch
 
+from batchspec.invariants import chains as chains_module
 from batchspec.invariants import history as history_module
 from batchspec.invariants import small as small_module
 from batchspec.invariants import watch
@@ -261,3 +262,79 @@ def test_a_token_hidden_in_merged_content_after_a_long_run(monkeypatch):
         assert history.labels.lookup(torch.tensor([9999]))[0, 3] == BLIND  # the table merged 77's content
         assert [found for found, _ in run] == [[]] * 42
         assert [row for row, *_ in last] == [0] and "the mask hides a committed token" in last[0][2], last
+
+
+def _carried_labels(size: int, depth: int, n: int, monkeypatch) -> tuple:
+    """The labels of every slot after each model's last call of a correct ``repad`` run of
+    ``n`` tokens (every round realigns both caches), read with calls of few inputs read as
+    lists when ``size`` allows, the chain of lazy contexts cut every ``depth`` calls; and
+    the kinds of context the draft's last call reads through."""
+    monkeypatch.setattr(small_module, "SMALL", size)
+    monkeypatch.setattr(chains_module, "DEPTH", depth)
+    target, draft = pair()
+    with watch(target=target, draft=draft) as w:
+        out = decoders.decode(target, draft, WITH_PAD_ID, K, n, "repad")
+        w.outputs(WITH_PAD_ID, out, max_new_tokens=n)
+    assert w.violations == []
+    kinds, chains = [], w.history.carried["draft"]
+    while chains is not None and chains.source is not None:
+        kinds.append(type(chains.source).__name__)
+        chains = chains.source.previous
+    return {m: c.labels().tolist() for m, c in w.history.carried.items()}, kinds
+
+
+def test_lazy_contexts_read_the_labels_they_stand_for(monkeypatch):
+    """After a realignment the labels carried by rank are not built until something reads
+    them: the calls read as lists after it read their context from the call before
+    (``Extended``), and every ``DEPTH`` calls that chain is cut, the context then read from
+    the call's own chain (``Own``). Read at the end of a long run, every label is what the
+    uncut chain gives and what the tensor path builds at once."""
+    depth = chains_module.DEPTH
+    cut, kinds = _carried_labels(small_module.SMALL, depth, 3 * depth, monkeypatch)
+    uncut, deep = _carried_labels(small_module.SMALL, 10**9, 3 * depth, monkeypatch)
+    built, none = _carried_labels(0, depth, 3 * depth, monkeypatch)
+    assert {"Extended", "Moved"} <= set(kinds) and kinds[-1] == "Own" and len(kinds) < depth
+    assert len(deep) > depth and "Own" not in deep and "Extended" not in none
+    assert cut == uncut == built
+
+
+def test_a_token_hidden_in_merged_content_after_a_cut(monkeypatch):
+    """As above, after a realignment: row 0 is fed 77 at position 4, the target's choice there,
+    as content row 1 writes too (the label table merges it, BLIND); both caches are rebuilt with
+    a pad slot in front; 40 one-token calls follow, read as lists, their contexts lazy and cut;
+    then row 0 masks 77's slot (and what followed it) and goes on with 78 at position 4. C1
+    flags that call with the hidden committed token: the context read after the cut gives the
+    slot its writer's own label, not the table's merged one."""
+    held = [[101, 102, 103, 104], [201, 202, 203, 204]]
+    steps = [([[10, 11, 12, 13], [20, 21, 22, 23]], [[1] * 4] * 2, [[0, 1, 2, 3]] * 2, 0, [r[:] for r in held])]
+
+    def step(ids, mask, positions, t, new):
+        for row, h in zip(held, new):
+            row.append(h)
+        steps.append((ids, mask, positions, t, [r[:] for r in held]))
+
+    step([[77], [77]], [[1] * 5] * 2, [[4], [4]], 4, [9999, 9999])
+    for row, pad in zip(held, (5, 6)):  # rebuilt: one pad slot in front of each row
+        row.insert(0, pad)
+    step([[30], [40]], [[0] + [1] * 6] * 2, [[5], [5]], 6, [301, 401])
+    for i in range(40):
+        t = len(held[0])
+        step([[31 + i], [41 + i]], [[0] + [1] * t] * 2, [[t - 1], [t - 1]], t, [3000 + i, 4000 + i])
+    t = len(held[0])
+    final = ([[78], [99]], [[0, 1, 1, 1, 1] + [0] * (t - 5) + [1], [0] + [1] * t], [[4], [t - 1]], t,
+             [r + [h] for r, h in zip(held, (777, 888))])
+    read_as_lists = _counted(monkeypatch)
+    for size in (small_module.SMALL, 0):
+        history = History()
+        run = _drive(size, steps, monkeypatch, history)
+        history.chosen.setdefault(run[0][1][0][3], {})[77] = 2  # the target chose 77 after row 0's prompt
+        kinds, chains = [], history.carried["draft"]
+        while chains is not None and chains.source is not None:
+            kinds.append(type(chains.source).__name__)
+            chains = chains.source.previous
+        last = _drive(size, [final], monkeypatch, history)[0][0]
+        assert history.labels.lookup(torch.tensor([9999]))[0, 3] == BLIND  # the table merged 77's content
+        assert [found for found, _ in run] == [[]] * len(steps)
+        assert kinds[-1:] == (["Own"] if size else [])
+        assert [row for row, *_ in last] == [0] and "the mask hides a committed token" in last[0][2], last
+    assert "few" in read_as_lists
