@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 
 UNREAD = torch.tensor([-1, -1, -1, UNWRITTEN])  # the label of a slot not (yet) looked up
-#: At most this many lazy contexts in a row: building one reads the one before, recursively.
-DEPTH = 32
+#: At most this many lazy contexts in a row: building one reads the one before, recursively, and
+#: each keeps the call before alive. A cut costs a few views (:func:`link`), so the chain is kept short.
+DEPTH = 8
 
 
 @dataclass
