@@ -259,11 +259,8 @@ def link(before: Chains) -> int:
     calls the chain of lazy contexts is cut: ``before``'s context is then read from its
     own chain when first needed (:class:`Own`), not built from the calls before it, so
     that neither the work nor the Chains kept alive grow with the run."""
-    if before.depth + 1 >= DEPTH:
-        if before.source is not None and not before.window:
-            t = before.cached
-            before.source = Own(before.token[:, :t], before.rank[:, :t], before.before[:, :t], before.attended[:, :t])
-            before.depth = 0
-        else:
-            before.labels()
+    if before.source is not None and before.depth + 1 >= DEPTH:  # (a depth is only set with a source)
+        t = before.cached
+        before.source = Own(before.token[:, :t], before.rank[:, :t], before.before[:, :t], before.attended[:, :t])
+        before.depth = 0
     return before.depth + 1
