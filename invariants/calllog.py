@@ -28,33 +28,33 @@ class CallLog:
 
     def __init__(self):
         self._entries: list = []  # (number, model, kept, node[:, kept:], attended[:, kept:], n), as lists
-        # after a model's first call; a realigned call: kept = (rows, counts, T), and its columns from T on
+        # after a model's first call; a realigned call: kept = (rows, counts, T), and its columns from T on;
+        # a call whose new columns are its inputs, every one attended: their nodes flat, row-major, attended None
         self._last: dict = {}  # model -> (node, attended) of its last logged call
 
     def append(self, number: int, model: str, node: torch.Tensor, attended: torch.Tensor, n: int,
-               extends: torch.Tensor | None = None, moved: tuple | None = None, fed: list | None = None,
+               extends: torch.Tensor | None = None, moved: tuple | None = None, fed: tuple | None = None,
                repeats: int | None = None) -> None:
         """``extends``: the node of the call this one's first ``T`` columns are known to
         repeat, attended alike (none to compare when it is this model's last logged call).
         ``moved``: ``(node, rows)`` of the call whose chains this one's rows continue by
         rank, each attending a run of its cached slots that ends at slot ``T - 1``
-        (History._moved): kept as each row's length, not as its columns. ``fed``: the nodes
-        of the inputs, row-major, every one attended (a call read as lists, ``.small``):
-        with ``extends``, kept as that list (made a tensor only when the log is read).
+        (History._moved): kept as each row's length, not as its columns. ``fed``: ``(nodes,
+        ranks)`` of the inputs, row-major, when every one is attended
+        (:func:`~batchspec.invariants.stream.fed_inputs`): with ``extends`` or ``moved``, the
+        inputs are kept as that list (made a tensor only when the log is read).
         ``repeats``: how many first columns are known to be ``extends``', attended alike
         (a mask that changed from there on, read as lists and checked: ``.small.few_changed``)."""
         last, kept = self._last.get(model), 0
         t = node.shape[1] - n
         if last is not None and t and moved is not None and last[0] is moved[0]:
-            kept = (None if moved[1] is None else moved[1].tolist(), attended[:, :t].sum(1).tolist(), t)
+            # each row's length: the rank of its first input, or its attended cached slots counted
+            counts = fed[1][::n] if fed is not None else attended[:, :t].sum(1).tolist()
+            kept = (None if moved[1] is None else moved[1].tolist(), counts, t)
         elif last is not None and repeats is not None and last[0] is extends:
             kept = repeats
         elif last is not None and t and last[0] is extends and extends.shape[1] == t:
             kept = t
-            if fed is not None:
-                self._entries.append((number, model, kept, fed, None, n))
-                self._last[model] = (node, attended)
-                return
         elif last is not None and t and last[0].shape[0] == node.shape[0]:
             w = min(t, last[0].shape[1])
             if (same_view(node[:, :w], last[0][:, :w]) or torch.equal(node[:, :w], last[0][:, :w])) \
@@ -64,8 +64,11 @@ class CallLog:
                 differs = ((node[:, :w] != last[0][:, :w]) | (attended[:, :w] != last[1][:, :w])).any(0)
                 kept = int(differs.long().argmax())
         start = t if isinstance(kept, tuple) else kept
-        self._entries.append((number, model, kept, node[:, start:].tolist() if start else node,
-                              attended[:, start:].tolist() if start else attended, n))
+        if fed is not None and start == t > 0:  # only the inputs are new, every one attended: their list
+            self._entries.append((number, model, kept, fed[0], None, n))
+        else:
+            self._entries.append((number, model, kept, node[:, start:].tolist() if start else node,
+                                  attended[:, start:].tolist() if start else attended, n))
         self._last[model] = (node, attended)
 
     def __len__(self) -> int:

@@ -131,12 +131,11 @@ class Chains:
         t, n, kept = self.cached, self.call.input_ids.shape[1], self.call.logits.shape[1]
         if kept == 0 or kept > n:
             return None
-        node = self.node[:, t + n - kept:]  # [B, kept]
-        if self.every:  # no mask to apply; every input's node read already when the memo listed them
-            nodes = self._fed if kept == n and self._fed is not None else node.flatten().tolist()
+        if self.every:  # no mask to apply; every input's node read already when the inputs were listed
+            nodes = self._fed if kept == n and self._fed is not None else self.node[:, t + n - kept:].flatten().tolist()
             return nodes, self.choice.flatten().tolist()
         fed = self.attended[:, t + n - kept:]
-        return node[fed].tolist(), self.choice[fed].tolist()
+        return self.node[:, t + n - kept:][fed].tolist(), self.choice[fed].tolist()
 
     def written(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """``[B, n, 4]`` int64, the labels of the slots the call wrote: what it fed, where, after

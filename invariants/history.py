@@ -21,7 +21,7 @@ its label says and the hash of the chain before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,7 +32,7 @@ from .columns import Columns, head, same_view
 from .observation import ForwardCall
 from .slots import UNWRITTEN, Hasher, LabelTable
 from .small import few, few_changed
-from .stream import Stream
+from .stream import Stream, fed_inputs
 
 
 @dataclass
@@ -267,15 +267,18 @@ class History:
             chains.hashes = on(self.hashes, chains.token.device)
             self.labels.write(chains)  # labelled in the table when a look-up first needs it
             self.carried[call.model] = chains
+        # the attended inputs as lists, read once: the log, the choices and the stream memo read them
+        rows, columns = fed_inputs(chains)
+        chains._fed = columns[0]
         self.log.append(chains.number, call.model, chains.node, chains.attended, call.input_ids.shape[1],
-                        chains.extends, chains.moved_from, chains.lists[0] if chains.lists else None,
+                        chains.extends, chains.moved_from, (columns[0], columns[3]) if chains.every else None,
                         chains.checked if chains.clean else None)
         chains.extends = chains.moved_from = None
         if call.model == "target" and call.logits is not None:
             self._choices(chains)
-        self.stream.remember(chains, self.chosen)
+        self.stream.remember(chains, self.chosen, rows, columns)
         if call.logits is not None:  # the choices are read: the chains, carried on, keep no [B, n, V] logits
-            chains.call = replace(call, logits=None)
+            chains.call = call.without_logits()
 
     def _choices(self, chains: Chains) -> None:
         """Record the target's next-token choice after every input its logits cover

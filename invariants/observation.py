@@ -61,6 +61,11 @@ class ForwardCall:
     cache_length: int  # T, before the call
     logits: torch.Tensor | None = None  # [B, n or kept, V]
 
+    def without_logits(self) -> "ForwardCall":
+        """This call without its logits (what a checker keeps once it has read them: no
+        ``[B, n, V]`` tensor lives on); ``dataclasses.replace``, without its field walk."""
+        return ForwardCall(self.model, self.input_ids, self.attention_mask, self.position_ids, self.cache_length)
+
     def content_positions(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(fed, index)``, each ``[B, n]``: which inputs the mask attends, and at
         those ``cumsum(attention_mask != 0) - 1`` (int64, whatever the mask's

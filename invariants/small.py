@@ -23,6 +23,7 @@ from array import array
 
 import torch
 
+from ._util import on
 from .chains import Chains, Extended, link
 from .columns import head
 from .slots import BLIND, PADDING, WRITTEN
@@ -93,7 +94,7 @@ def few(history, call, attended: torch.Tensor, before, t: int):
     if not 0 < b * n <= SMALL:
         return None
     ranks, nodes = tail(before, t)
-    fed = positions.tolist() if tuple(positions.shape) == (b, n) and not positions.is_floating_point() else None
+    fed = positions.tolist() if tuple(positions.shape) == (b, n) and not positions.dtype.is_floating_point else None
     quad, labels, at_rank, columns = extend(history.hasher.weight_list(t + n), ranks, nodes, ids.tolist(), fed)
     cols = history.columns_of(call.model)
     whole, new = cols[0].reserve(before.elements(t), b, n, (4,), torch.int64, ids.device)
@@ -103,7 +104,7 @@ def few(history, call, attended: torch.Tensor, before, t: int):
                     at_rank=at_rank, lists=columns)
     if before.source is not None and fed is not None:  # its context is not built (carried by rank): nor this one's
         chains.source, chains.depth = Extended(before, t), link(before)
-        chains._written = torch.frombuffer(array("q", labels), dtype=torch.int64).view(b, n, 4).to(ids.device)
+        chains._written = on(torch.frombuffer(array("q", labels), dtype=torch.int64).view(b, n, 4), ids.device)
         return chains
     chains._labels, new = cols[1].reserve(head(before.labels_in(cols[1]), t), b, n, (4,), torch.int64, ids.device)
     if fed is None:

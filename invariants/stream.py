@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._util import like
+
 #: Low bits of a chain hash that index a :class:`HashFilter` (a 1 MiB bit filter: hashes are
 #: uniform, so with ``K`` rejected nodes a slot passes it by chance with odds ``K / 2**20``).
 FILTER_BITS = 20
@@ -147,13 +149,12 @@ class Stream:
                  node not in stream)
         return [c for c in found if c is not None]
 
-    def remember(self, chains, chosen: dict) -> None:
+    def remember(self, chains, chosen: dict, rows: list, columns: list) -> None:
         """After a call's choices are recorded: walk its attended inputs in chain
         order (the draft's own choices first, for ``odd``), then note which
-        rejected nodes it attended from its cache."""
+        rejected nodes it attended from its cache. ``rows, columns``: :func:`fed_inputs`."""
         number, call, t = chains.number, chains.call, chains.cached
-        rows, (nodes, befores, tokens, ranks) = fed_inputs(chains)
-        chains._fed = nodes  # the next call's look-up of rejected slots reads them (attended)
+        nodes, befores, tokens, ranks = columns
         self._seen(chains, rows, nodes)
         if call.model == "draft" and call.logits is not None:
             self._proposals(chains)
@@ -238,7 +239,7 @@ def fed_inputs(chains) -> tuple[list, list]:
         ranks, tokens, befores, nodes = chains.quad[:, t:].flatten(0, 1).T.tolist()
         columns = [nodes, befores, tokens, ranks]
     else:
-        table = torch.stack([chains.node[:, t:], chains.before[:, t:], chains.call.input_ids.to(chains.node),
+        table = torch.stack([chains.node[:, t:], chains.before[:, t:], like(chains.call.input_ids, chains.node),
                              chains.rank[:, t:]])
         if not every:
             return fed.nonzero()[:, 0].tolist(), table[:, fed].tolist()

@@ -14,7 +14,6 @@ records by hand (I8, Spec §3.8).
 from __future__ import annotations
 
 import weakref
-from dataclasses import replace
 
 import torch
 
@@ -73,7 +72,7 @@ class Layout:
         if self.grid is None:
             if call.cache_length == 0:  # without boundary(), keep prefills only
                 # fingerprinted at the boundary, once the rows' requests are known (no prefill check reads logits)
-                self.prefill.append(replace(call, logits=None))
+                self.prefill.append(call.without_logits())
             return
         if call.input_ids.shape[0] != self.grid[0].shape[0]:
             raise ValueError(f"watch: the {name} model was called on {call.input_ids.shape[0]} rows, but the "
