@@ -32,10 +32,10 @@ def key_mask(mask: torch.Tensor, name: str, memo: Memo | None = None, width: int
             raise ValueError(f"watch: the {name} model was given a 4D attention mask {tuple(mask.shape)} that "
                              f"attends slots beyond the {width} its cache has written")
         seen = seen[..., :width]
-    rows = seen[:, 0, -1, :]  # [B, T + n]
     n, width = seen.shape[2], seen.shape[3]
     if seen.shape[1] == 1 and n == 1:  # one input: its row is the mask, and sees every slot it attends
-        return rows.long()
+        return seen.flatten(1).long()
+    rows = seen[:, 0, -1, :]  # [B, T + n]
     made_causal = causal(n, width, mask.device) if memo is None else memo.causal(n, width, mask.device)  # [n, T + n]
     if seen.shape[1] != 1 or not torch.equal(seen[:, 0], rows[:, None, :] & made_causal):
         raise ValueError(f"watch: the {name} model was given a 4D attention mask {tuple(mask.shape)} that "

@@ -145,12 +145,11 @@ class LabelTable:
     def write(self, chains) -> None:
         """Note the slots a call wrote (``chains``: its ``Chains``, with ``hashes``);
         they enter the table at the next look-up, packed every 64 calls."""
-        # copies (no views), contiguous, so that each reads flat row by row without another copy; labels
-        # built just now for the call alone (no view of another tensor) are such a copy already
-        written = chains.written()
-        self.pending.append((chains.hashes[:, chains.cached:].clone(memory_format=torch.contiguous_format).view(-1),
-                             (written if written._base is None and written.is_contiguous() else
-                              written.clone(memory_format=torch.contiguous_format)).view(-1, 4)))
+        # contiguous, so that each reads flat row by row without another copy: a copy of what is not (the
+        # rows of a batch, in columns the checker keeps); what is (labels built for this call alone, one
+        # row's columns) is kept as it is: nothing writes into either once a call's check has read it
+        self.pending.append((chains.hashes[:, chains.cached:].contiguous().view(-1),
+                             chains.written().contiguous().view(-1, 4)))
         if len(self.pending) >= 64:
             self.pack()
 

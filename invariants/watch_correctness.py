@@ -63,6 +63,8 @@ class Correctness:
         self.seal = Seal()
         self._pending: dict = {}  # model -> (cache object, T) between pre-hook and hook
         self._handles: list = []
+        #: the hooks' inference mode, one context manager for every call (the hooks never nest)
+        self._inference = torch.inference_mode()
         self.accepted: set = set()  # the cache layer-type tuples refuse_cache let through
 
     def _spent(self, start: float, cpu: float) -> None:
@@ -101,7 +103,9 @@ class Correctness:
             name = self._role(model_name, module)
             start, cpu = time.perf_counter(), time.process_time()
             # whichever keyword carries it (``cache=``; the deprecated spelling too)
-            cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
+            cache = kwargs.get("cache")
+            if not isinstance(cache, Cache):
+                cache = next((v for v in kwargs.values() if isinstance(v, Cache)), None)
             refuse_cache(cache, name, self.accepted)  # before the call runs: one line naming the layer and why
             t = CacheView.length_of(cache)
             ids = kwargs.get("input_ids", args[0] if args else None)
@@ -120,7 +124,7 @@ class Correctness:
             start, cpu = time.perf_counter(), time.process_time()
             try:  # the check's own tensors are inference tensors (no version counters, no autograd
                 # dispatch: a fifth off each small op); nothing writes them outside these hooks
-                with torch.inference_mode():
+                with self._inference:
                     cache, t, windows = self._pending.pop(name)
                     if cache is None:  # one the model made
                         cache = getattr(output, "cache", None)
