@@ -63,8 +63,6 @@ class Correctness:
         self.seal = Seal()
         self._pending: dict = {}  # model -> (cache object, T) between pre-hook and hook
         self._handles: list = []
-        #: the hooks' inference mode, one context manager for every call (the hooks never nest)
-        self._inference = torch.inference_mode()
         self.accepted: set = set()  # the cache layer-type tuples refuse_cache let through
 
     def _spent(self, start: float, cpu: float) -> None:
@@ -124,7 +122,7 @@ class Correctness:
             start, cpu = time.perf_counter(), time.process_time()
             try:  # the check's own tensors are inference tensors (no version counters, no autograd
                 # dispatch: a fifth off each small op); nothing writes them outside these hooks
-                with self._inference:
+                with torch.inference_mode():
                     cache, t, windows = self._pending.pop(name)
                     if cache is None:  # one the model made
                         cache = getattr(output, "cache", None)
