@@ -1,6 +1,6 @@
 """Shared pieces of the baseline, fault, audit and compare tests: fixed float64
-tiny pairs, fixed prompts, the batch-1 greedy reference, and predictions read
-from a correct EQSPEC run."""
+tiny pairs, fixed prompts, the batch-1 greedy reference, predictions read
+from a correct EQSPEC run, and the lazy contexts a watched call's labels are read through."""
 
 from __future__ import annotations
 
@@ -88,3 +88,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def lazy_sources(chains) -> list[str]:
+    """The kinds of lazy context (``Moved``, ``Extended``, ``Own``) ``chains``' context
+    labels are read through, newest first: empty once they are built."""
+    kinds = []
+    while chains is not None and chains.source is not None:
+        kinds.append(type(chains.source).__name__)
+        chains = chains.source.previous
+    return kinds

@@ -6,7 +6,7 @@ import torch
 from transformers import DynamicCache
 
 import _bug_decoders as decoders
-from _broken_helpers import K, N, WITH_PAD_ID, pair
+from _broken_helpers import K, N, WITH_PAD_ID, lazy_sources, pair
 from _catch import check_catch
 
 from batchspec.invariants import chains as chains_module
@@ -276,17 +276,8 @@ def _carried_labels(size: int, depth: int, n: int, monkeypatch) -> tuple:
         out = decoders.decode(target, draft, WITH_PAD_ID, K, n, "repad")
         w.outputs(WITH_PAD_ID, out, max_new_tokens=n)
     assert w.violations == []
-    kinds = _sources(w.history.carried["draft"])  # (before the labels are read: reading them builds them)
+    kinds = lazy_sources(w.history.carried["draft"])  # (before the labels are read: reading them builds them)
     return {m: c.labels().tolist() for m, c in w.history.carried.items()}, kinds
-
-
-def _sources(chains) -> list:
-    """The kinds of lazy context ``chains``' context is read through, newest first."""
-    kinds = []
-    while chains is not None and chains.source is not None:
-        kinds.append(type(chains.source).__name__)
-        chains = chains.source.previous
-    return kinds
 
 
 def test_lazy_contexts_read_the_labels_they_stand_for(monkeypatch):
@@ -334,7 +325,7 @@ def test_a_token_hidden_in_merged_content_after_a_cut(monkeypatch):
         history = History()
         run = _drive(size, steps, monkeypatch, history)
         history.chosen.setdefault(run[0][1][0][3], {})[77] = 2  # the target chose 77 after row 0's prompt
-        kinds = _sources(history.carried["draft"])
+        kinds = lazy_sources(history.carried["draft"])
         last = _drive(size, [final], monkeypatch, history)[0][0]
         assert history.labels.lookup(torch.tensor([9999]))[0, 3] == BLIND  # the table merged 77's content
         assert [found for found, _ in run] == [[]] * len(steps)
