@@ -103,6 +103,25 @@ def measure(target, draft, prompts, mode, repeat: int, **common) -> dict:
             "check s": round(best[1], 3), "check / decode %": round(100 * best[1] / best[0], 1)}
 
 
+def positive(text: str) -> int:
+    """An option that counts something (a batch, runs, tokens): an integer of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def lengths(text: str) -> list:
+    """``--max-new-tokens``: comma-separated lengths, each :func:`positive`."""
+    try:
+        return [positive(x) for x in text.split(",")]
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error} (give lengths such as 32,256,1024)") from None
+
+
 def _decoder(name, target, draft, prompts, k, n, eos):
     if name == "eqspec":
         return lambda: batchspec.generate(target, draft, prompts, num_draft_tokens=k, max_new_tokens=n,
@@ -221,10 +240,10 @@ def _print_watch(args, rows: list) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="default")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", default="32", help="comma-separated lengths, e.g. 32,256,1024")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--batch", type=positive, default=8)
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=lengths, default="32", help="comma-separated lengths, e.g. 32,256,1024")
+    ap.add_argument("--repeat", type=positive, default=3)
     ap.add_argument("--decoders", default=",".join(DECODERS), help="comma-separated, of: " + ", ".join(DECODERS))
     ap.add_argument("--no-layout", action="store_true", help="skip the check_invariants modes")
     ap.add_argument("--mmap-threshold", type=int, default=0, metavar="BYTES",
@@ -238,11 +257,10 @@ def main(argv=None) -> None:
         name, n = args.one.rsplit(":", 1)
         print(json.dumps(watched(args, name, int(n))))
         return
-    lengths = [int(x) for x in args.max_new_tokens.split(",")]
     names = [x.strip() for x in args.decoders.split(",")]
     if unknown := set(names) - set(DECODERS):
         raise SystemExit(f"unknown decoder(s) {sorted(unknown)}: use {', '.join(DECODERS)}")
-    cells = [(name, n) for n in lengths for name in names]
+    cells = [(name, n) for n in args.max_new_tokens for name in names]
     rounds = [[_in_child(args, name, n) for name, n in cells] for _ in range(args.repeat)]  # (see the module doc)
     watch_rows = [_median_row([r[i] for r in rounds]) for i in range(len(cells))]
     rows = []
@@ -250,7 +268,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(1)
         target, draft, prompts_for, eos = load(args.pair)
         prompts = prompts_for(args.batch)
-        common = dict(num_draft_tokens=args.k, max_new_tokens=lengths[0], batch_size=args.batch,
+        common = dict(num_draft_tokens=args.k, max_new_tokens=args.max_new_tokens[0], batch_size=args.batch,
                       eos_token_id=eos)
         batchspec.generate(target, draft, prompts, **common)  # warm-up
         rows = [measure(target, draft, prompts, mode, args.repeat if mode != "semantic" else 1, **common)
@@ -260,7 +278,7 @@ def main(argv=None) -> None:
         return
     _print_watch(args, watch_rows)
     if rows:
-        print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {lengths[0]} new tokens, float32, 1 thread")
+        print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {args.max_new_tokens[0]} new tokens, float32, 1 thread")
     for r in rows:
         print(f"{r['mode']:>10}  decode {r['decode s']:7.3f} s  check {r['check s']:7.3f} s  "
               f"check/decode {r['check / decode %']:6.1f} %")

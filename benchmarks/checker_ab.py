@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from alignment_overhead import load  # noqa: E402
-from check_overhead import DECODERS, _decoder, _reach  # noqa: E402
+from check_overhead import DECODERS, _decoder, _reach, positive  # noqa: E402
 
 import batchspec.invariants as working  # noqa: E402
 
@@ -85,20 +85,20 @@ def main(argv=None) -> None:
     ap.add_argument("--base", default="HEAD", help="the git revision whose checker the working tree's is compared with")
     ap.add_argument("--decoders", default="eqspec", help="comma-separated, of: " + ", ".join(DECODERS))
     ap.add_argument("--pair", default="default")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=40, help="watched runs a side")
+    ap.add_argument("--batch", type=positive, default=8)
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=positive, default=32)
+    ap.add_argument("--repeat", type=positive, default=40, help="watched runs a side")
     args = ap.parse_args(argv)
     names = [x.strip() for x in args.decoders.split(",")]
     if unknown := set(names) - set(DECODERS):
         raise SystemExit(f"unknown decoder(s) {sorted(unknown)}: use {', '.join(DECODERS)}")
     torch.set_num_threads(1)
-    target, draft, prompts_for, eos = load(args.pair)
-    prompts = prompts_for(args.batch)
-    _reach(target, draft, max(map(len, prompts)) + args.max_new_tokens + args.k + 1)
     with tempfile.TemporaryDirectory() as folder:
-        checkers = {"base": checker_at(args.base, Path(folder)), "working tree": working}
+        checkers = {"base": checker_at(args.base, Path(folder)), "working tree": working}  # (a bad --base: no model loaded)
+        target, draft, prompts_for, eos = load(args.pair)
+        prompts = prompts_for(args.batch)
+        _reach(target, draft, max(map(len, prompts)) + args.max_new_tokens + args.k + 1)
         print(f"watch at {args.base} (base) and in the working tree, pair {args.pair}, batch {args.batch}, "
               f"k {args.k}, {args.max_new_tokens} new tokens, float32, 1 thread, {args.repeat} runs a side "
               "alternating; check CPU ms per call and share of decode: medians (lowest quarter's mean)")

@@ -1,0 +1,99 @@
+"""The scripts in ``benchmarks/`` still run (Contributing §5.7): each answers
+``--help``, the checker's two cost benchmarks refuse a bad count by name, and
+on a tiny pair ``check_overhead.py`` prints every figure the checker's cost is
+judged by and ``checker_ab.py`` compares two checkers. No timing is asserted:
+the figures are the benchmarks' to print (and vary with the machine); these
+tests check that they are there and consistent. About 60 s on two cores, out of
+the core loop."""
+
+from __future__ import annotations
+
+import json
+import math
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
+pytestmark = pytest.mark.slow  # (each test starts Python with torch at least once)
+TINY = ["--pair", "tiny-llama", "--batch", "2", "--k", "2", "--repeat", "1"]
+
+
+def _run(script: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *argv], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
+def test_every_script_with_a_command_line_answers_help(monkeypatch, capsys):
+    assert {"check_overhead.py", "checker_ab.py", "hf_generate.py"} <= {p.name for p in SCRIPTS}
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    for script in SCRIPTS:
+        monkeypatch.setattr(sys, "argv", [str(script), "--help"])
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(script), run_name="__main__")
+        out = capsys.readouterr().out
+        assert done.value.code == 0 and out.startswith("usage:"), script.name
+
+
+@pytest.mark.parametrize("script, argv, named", [
+    ("check_overhead.py", ["--max-new-tokens", "32,x"], "--max-new-tokens: '32,x': 'x' is not a whole number"),
+    ("check_overhead.py", ["--max-new-tokens", "32,0"], "--max-new-tokens: '32,0': 0 is less than 1"),
+    ("check_overhead.py", ["--repeat", "0"], "--repeat: 0 is less than 1"),
+    ("check_overhead.py", ["--decoders", "eqspec,mine"], "unknown decoder(s) ['mine']"),
+    ("checker_ab.py", ["--repeat", "0"], "--repeat: 0 is less than 1"),
+    ("checker_ab.py", ["--batch", "two"], "--batch: 'two' is not a whole number"),
+])
+def test_bad_counts_are_refused_by_name_before_any_model_runs(script, argv, named):
+    done = _run(script, *argv)
+    assert done.returncode != 0 and named in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_check_overhead_prints_every_figure_of_the_cost_bounds():
+    done = _run("check_overhead.py", *TINY, "--max-new-tokens", "6", "--no-layout", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.strip().splitlines()[-1])["watch"]
+    assert [(r["decoder"], r["new tokens"]) for r in rows] == [
+        ("eqspec", 6), ("outside decoder", 6), ("holes decoder", 6)]
+    for r in rows:
+        assert r["calls"] > 0
+        for key in ("check/decode cpu %", "check/decode wall %", "check ms/call cpu", "decode ms/call cpu",
+                    "peak ratio", "peak MiB", "unwatched peak MiB"):
+            assert math.isfinite(r[key]) and r[key] > 0, (r["decoder"], key, r[key])
+        assert 0 <= r["re-read ms/call cpu"] <= r["check ms/call cpu"]
+        assert r["cpu % range"][0] <= r["check/decode cpu %"] <= r["cpu % range"][1]
+
+
+def test_check_overhead_table_names_the_growth_per_call():
+    done = _run("check_overhead.py", *TINY, "--max-new-tokens", "4,8", "--no-layout", "--decoders", "eqspec")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.split()[:2] == ["eqspec", "4"] for line in lines)
+    assert any(line.split()[:2] == ["eqspec", "8"] for line in lines)
+    assert any("ms/call at 8 over at 4:" in line and "without the re-read:" in line for line in lines)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs the git checkout")
+def test_checker_ab_compares_two_checkers_on_one_pair():
+    done = _run("checker_ab.py", *TINY[:-1], "2", "--max-new-tokens", "4", "--decoders", "eqspec,holes decoder")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "working tree / base:" in line]
+    assert [line.strip().split("  ")[0] for line in lines] == ["eqspec", "holes decoder"]
+    for line in lines:
+        assert "base " in line and "working tree " in line
+        ratio = float(line.split("working tree / base:")[1].split()[0])
+        assert math.isfinite(ratio) and ratio > 0
+
+
+def test_checker_ab_names_a_revision_git_does_not_know():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout")
+    done = _run("checker_ab.py", "--pair", "tiny-llama", "--base", "no-such-revision", "--repeat", "1")
+    assert done.returncode != 0 and "git archive no-such-revision invariants:" in done.stderr
+    assert "Traceback" not in done.stderr
