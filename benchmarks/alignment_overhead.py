@@ -17,6 +17,7 @@ import torch
 
 import batchspec
 from batchspec.testing import random_prompts
+from options import positive
 
 
 def load(name: str):
@@ -37,9 +38,9 @@ def load(name: str):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="default")
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--batch-sizes", type=positive, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=positive, default=32)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     target, draft, prompts_for, eos = load(args.pair)

@@ -82,6 +82,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import holes_decoder  # noqa: E402
 from alignment_overhead import load  # noqa: E402
+from options import lengths, positive, size  # noqa: E402
 
 import batchspec  # noqa: E402
 from batchspec.examples import outside_decoder  # noqa: E402
@@ -101,25 +102,6 @@ def measure(target, draft, prompts, mode, repeat: int, **common) -> dict:
             best = (decode, stats.check_seconds)
     return {"mode": "default" if mode is True else mode, "decode s": round(best[0], 3),
             "check s": round(best[1], 3), "check / decode %": round(100 * best[1] / best[0], 1)}
-
-
-def positive(text: str) -> int:
-    """An option that counts something (a batch, runs, tokens): an integer of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is less than 1")
-    return value
-
-
-def lengths(text: str) -> list:
-    """``--max-new-tokens``: comma-separated lengths, each :func:`positive`."""
-    try:
-        return [positive(x) for x in text.split(",")]
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error} (give lengths such as 32,256,1024)") from None
 
 
 def _decoder(name, target, draft, prompts, k, n, eos):
@@ -246,7 +228,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=positive, default=3)
     ap.add_argument("--decoders", default=",".join(DECODERS), help="comma-separated, of: " + ", ".join(DECODERS))
     ap.add_argument("--no-layout", action="store_true", help="skip the check_invariants modes")
-    ap.add_argument("--mmap-threshold", type=int, default=0, metavar="BYTES",
+    ap.add_argument("--mmap-threshold", type=size, default=0, metavar="BYTES",
                     help="run each decoder's process with glibc's MALLOC_MMAP_THRESHOLD_ fixed at BYTES (e.g. "
                          "131072, its initial value): large blocks then always go back to the system when freed, "
                          "so the peak figures show what is held, not where the heap happened to grow")

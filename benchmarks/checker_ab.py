@@ -35,7 +35,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from alignment_overhead import load  # noqa: E402
-from check_overhead import DECODERS, _decoder, _reach, positive  # noqa: E402
+from check_overhead import DECODERS, _decoder, _reach  # noqa: E402
+from options import positive  # noqa: E402
 
 import batchspec.invariants as working  # noqa: E402
 

@@ -38,6 +38,7 @@ import batchspec
 from batchspec.reference.exspec_policy import POLICIES
 from batchspec.scheduler import Scheduler
 from batchspec.validate import vocab_size
+from options import positive
 
 
 def load(name: str):
@@ -119,12 +120,12 @@ def row(stats, sequences, reference, prompts: list[list[int]]) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="tiny-llama")
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[2, 4, 8, 16])
-    ap.add_argument("--window-factor", type=int, default=4, help="W = factor x B")
-    ap.add_argument("--prompts-per-batch", type=int, default=4, help="prompts = this x B")
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models run best on 1)")
+    ap.add_argument("--batch-sizes", type=positive, nargs="+", default=[2, 4, 8, 16])
+    ap.add_argument("--window-factor", type=positive, default=4, help="W = factor x B")
+    ap.add_argument("--prompts-per-batch", type=positive, default=4, help="prompts = this x B")
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=positive, default=32)
+    ap.add_argument("--threads", type=positive, default=1, help="CPU threads (tiny models run best on 1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -27,6 +27,7 @@ import torch
 import batchspec
 from batchspec.demo_pair import demo_pair, demo_prompts
 from batchspec.models.default_pair import held_out_sample
+from options import positive
 
 
 def prompts(kind: str, count: int) -> list[list[int]]:
@@ -46,12 +47,12 @@ def timed(pair, batch, method, k, n, b):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 32])
-    ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--batch-sizes", type=positive, nargs="+", default=[8, 32])
+    ap.add_argument("--pairs", type=positive, default=7)
     ap.add_argument("--prompts", choices=["varied", "equal"], default="varied")
-    ap.add_argument("--prompts-per-batch", type=int, default=4)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--prompts-per-batch", type=positive, default=4)
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=positive, default=48)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

@@ -25,6 +25,7 @@ import torch
 import batchspec
 from batchspec import hf
 from batchspec.models.default_pair import held_out_sample, load_default_pair
+from options import positive
 
 K = 4
 
@@ -69,9 +70,9 @@ def paired(over, under, which: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--batches", type=positive, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--repeat", type=positive, default=5)
+    parser.add_argument("--new", type=positive, default=64)
     args = parser.parse_args()
     torch.set_num_threads(1)
     target, draft = load_default_pair(torch.float32)

@@ -29,6 +29,7 @@ from alignment_overhead import load  # noqa: E402
 from check_overhead import DECODERS, _decoder, _reach  # noqa: E402
 
 from batchspec.invariants import small, watch  # noqa: E402
+from options import positive  # noqa: E402
 
 
 def side_by_side(name: str, target, draft, prompts, k: int, n: int, eos, repeat: int) -> dict:
@@ -55,10 +56,10 @@ def side_by_side(name: str, target, draft, prompts, k: int, n: int, eos, repeat:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="default")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=8, help="watched runs a side")
+    ap.add_argument("--batch", type=positive, default=8)
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=positive, default=32)
+    ap.add_argument("--repeat", type=positive, default=8, help="watched runs a side")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     target, draft, prompts_for, eos = load(args.pair)

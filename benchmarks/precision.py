@@ -22,6 +22,7 @@ from batchspec.audit import audit
 from batchspec.models.prompts import default_prompts, tiny_prompts
 from batchspec.models.registry import load_pair
 from batchspec.testing import reference_greedy
+from options import positive
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -36,10 +37,10 @@ def main(argv=None) -> None:
     ap.add_argument("--pairs", default="default,tiny-llama,tiny-qwen3,tiny-glm4")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtypes", default="float16,bfloat16,float32")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--prompts", type=positive, default=16)
+    ap.add_argument("--batch-size", type=positive, default=8)
+    ap.add_argument("--max-new-tokens", type=positive, default=32)
+    ap.add_argument("-k", type=positive, default=4)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     rows = []

@@ -27,6 +27,7 @@ from batchspec.bench import peers
 from batchspec.models.prompts import default_prompts, text_prompts
 from batchspec.models.registry import load_pair
 from batchspec.reference.draft_policy import Confident
+from options import positive
 
 
 class CallClock:
@@ -95,10 +96,10 @@ def per_round(runs: list[dict]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default="default")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prompts", type=positive, default=4)
+    parser.add_argument("--max-new-tokens", type=positive, default=48)
+    parser.add_argument("--repeats", type=positive, default=5)
+    parser.add_argument("--threads", type=positive, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target, draft, tokenizer = load_pair(args.pair, dtype=torch.float32)

@@ -18,6 +18,7 @@ import torch
 import batchspec
 from batchspec.models.prompts import prompts_for
 from batchspec.models.registry import DTYPES, PAIRS, load_pair
+from options import positive
 
 SETTINGS = {"greedy": {}, "sample t=1": dict(do_sample=True, temperature=1.0),
             "sample t=0.7": dict(do_sample=True, temperature=0.7),
@@ -30,10 +31,10 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=list(DTYPES), default=None,
                     help="default: float64 on the tiny and embedded pairs, else the pair's own")
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("--prompts", type=positive, default=8)
+    ap.add_argument("--max-new-tokens", type=positive, default=48)
+    ap.add_argument("--batch-size", type=positive, default=4)
+    ap.add_argument("-k", type=positive, default=4)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

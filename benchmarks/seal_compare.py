@@ -43,6 +43,7 @@ from check_overhead import _decoder, _reach  # noqa: E402
 
 from batchspec.invariants import watch  # noqa: E402
 from batchspec.invariants.slots import Hasher  # noqa: E402
+from options import positive  # noqa: E402
 
 
 def holes_mask(target, draft, prompts, eos, n: int) -> torch.Tensor:
@@ -81,12 +82,10 @@ def contenders(target, mask: torch.Tensor) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="default")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=40)
+    ap.add_argument("--batch", type=positive, default=8)
+    ap.add_argument("--max-new-tokens", type=positive, default=1024)
+    ap.add_argument("--repeat", type=positive, default=40)
     args = ap.parse_args(argv)
-    if args.batch < 1 or args.max_new_tokens < 1 or args.repeat < 1:
-        raise SystemExit("--batch, --max-new-tokens and --repeat must be at least 1")
     torch.set_num_threads(1)
     target, draft, prompts_for, eos = load(args.pair)
     prompts = prompts_for(args.batch)

@@ -43,6 +43,7 @@ from batchspec.examples import outside_decoder  # noqa: E402
 from batchspec.invariants import watch  # noqa: E402
 from batchspec.models import registry  # noqa: E402
 from batchspec.viz.setup import prompts_for  # noqa: E402
+from options import positive  # noqa: E402
 
 PATHS = ("generate", "static", "assisted", "lookup", "eqspec", "outside", "holes")
 
@@ -107,10 +108,10 @@ def run(path, models, decode, prompts, n, eos, reference) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pair", default="qwen2.5-coder")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=positive, default=4)
+    ap.add_argument("--max-new-tokens", type=positive, default=32)
+    ap.add_argument("--k", type=positive, default=4)
+    ap.add_argument("--threads", type=positive, default=2)
     ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated, of: " + ", ".join(PATHS))
     ap.add_argument("--eos", help="comma-separated EOS ids (default: the target's generation config's)")
     args = ap.parse_args(argv)

@@ -1,5 +1,5 @@
 """The scripts in ``benchmarks/`` still run (Contributing §5.7): each answers
-``--help``, the checker's two cost benchmarks refuse a bad count by name, and
+``--help`` and refuses a count of 0 by name (``benchmarks/options.py``), and
 on a tiny pair ``check_overhead.py`` prints every figure the checker's cost is
 judged by and ``checker_ab.py`` compares two checkers. No timing is asserted:
 the figures are the benchmarks' to print (and vary with the machine); these
@@ -41,10 +41,34 @@ def test_every_script_with_a_command_line_answers_help(monkeypatch, capsys):
         assert done.value.code == 0 and out.startswith("usage:"), script.name
 
 
+def _count_options(script: Path) -> list:
+    """The options of ``script`` read with the shared count type (``type=positive``)."""
+    return [line.split('"')[1] for line in script.read_text().splitlines()
+            if "add_argument(" in line and "type=positive" in line]
+
+
+def test_every_count_option_refuses_zero_by_name(monkeypatch, capsys):
+    """Each script's count options (a batch, k, tokens, runs, threads) refuse 0 in argparse,
+    naming the option, before any model loads; a count read with a bare ``int`` would not."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    counted = {script.name: _count_options(script) for script in SCRIPTS}
+    assert all("type=int" not in s.read_text() for s in SCRIPTS), "a count read as a bare int"
+    assert all(counted.values()), [name for name, options in counted.items() if not options]
+    for script in SCRIPTS:
+        for option in counted[script.name]:
+            monkeypatch.setattr(sys, "argv", [str(script), option, "0"])
+            with pytest.raises(SystemExit) as done:
+                runpy.run_path(str(script), run_name="__main__")
+            assert done.value.code == 2, (script.name, option)
+            assert f"argument {option}: 0 is less than 1" in capsys.readouterr().err, (script.name, option)
+
+
 @pytest.mark.parametrize("script, argv, named", [
     ("check_overhead.py", ["--max-new-tokens", "32,x"], "--max-new-tokens: '32,x': 'x' is not a whole number"),
+    ("check_overhead.py", ["--mmap-threshold", "many"], "--mmap-threshold: 'many' is not a whole number"),
     ("check_overhead.py", ["--max-new-tokens", "32,0"], "--max-new-tokens: '32,0': 0 is less than 1"),
     ("check_overhead.py", ["--repeat", "0"], "--repeat: 0 is less than 1"),
+    ("check_overhead.py", ["--mmap-threshold", "-1"], "--mmap-threshold: -1 is less than 0"),
     ("check_overhead.py", ["--decoders", "eqspec,mine"], "unknown decoder(s) ['mine']"),
     ("checker_ab.py", ["--repeat", "0"], "--repeat: 0 is less than 1"),
     ("checker_ab.py", ["--batch", "two"], "--batch: 'two' is not a whole number"),
