@@ -17,6 +17,14 @@ def size(text: str) -> int:
     return _at_least(text, 0)
 
 
+def token_ids(text: str) -> list:
+    """Comma-separated token ids (``--eos 151643,151645``): integers of 0 or more."""
+    try:
+        return [size(x) for x in text.split(",")]
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error} (give token ids such as 151643,151645)") from None
+
+
 def _at_least(text: str, least: int) -> int:
     try:
         value = int(text)

@@ -43,7 +43,7 @@ from batchspec.examples import outside_decoder  # noqa: E402
 from batchspec.invariants import watch  # noqa: E402
 from batchspec.models import registry  # noqa: E402
 from batchspec.viz.setup import prompts_for  # noqa: E402
-from options import positive  # noqa: E402
+from options import positive, token_ids  # noqa: E402
 
 PATHS = ("generate", "static", "assisted", "lookup", "eqspec", "outside", "holes")
 
@@ -113,7 +113,7 @@ def main(argv=None) -> None:
     ap.add_argument("--k", type=positive, default=4)
     ap.add_argument("--threads", type=positive, default=2)
     ap.add_argument("--paths", default=",".join(PATHS), help="comma-separated, of: " + ", ".join(PATHS))
-    ap.add_argument("--eos", help="comma-separated EOS ids (default: the target's generation config's)")
+    ap.add_argument("--eos", type=token_ids, help="comma-separated EOS ids (default: the target's generation config's)")
     args = ap.parse_args(argv)
     paths = [p.strip() for p in args.paths.split(",")]
     if unknown := set(paths) - set(PATHS):
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"pair {args.pair!r} is not available here: {reason}")
     torch.set_num_threads(args.threads)
     target, draft, tokenizer = registry.load_pair(args.pair, torch.float32)
-    eos = [int(x) for x in args.eos.split(",")] if args.eos else \
+    eos = args.eos if args.eos else \
         _ids(target.generation_config.eos_token_id) or _ids(target.config.eos_token_id)
     pad = next((p for p in (getattr(tokenizer, "pad_token_id", None), target.generation_config.pad_token_id,
                             target.config.pad_token_id, *eos) if p is not None), 0)

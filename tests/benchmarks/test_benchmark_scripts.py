@@ -1,7 +1,7 @@
 """The scripts in ``benchmarks/`` still run (Contributing §5.7): each answers
 ``--help`` and refuses a count of 0 by name (``benchmarks/options.py``), and
-on a tiny pair ``check_overhead.py`` prints every figure the checker's cost is
-judged by and ``checker_ab.py`` compares two checkers. No timing is asserted:
+on a tiny pair ``check_overhead.py`` prints every figure of its table (``--json``)
+and its growth line, and ``checker_ab.py`` compares two checkers. No timing is asserted:
 the figures are the benchmarks' to print (and vary with the machine); these
 tests check that they are there and consistent. About 60 s on two cores, out of
 the core loop."""
@@ -52,6 +52,7 @@ def test_every_count_option_refuses_zero_by_name(monkeypatch, capsys):
     naming the option, before any model loads; a count read with a bare ``int`` would not."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     counted = {script.name: _count_options(script) for script in SCRIPTS}
+    assert len(counted) >= 10 and "watch_real_pair.py" in counted
     assert all("type=int" not in s.read_text() for s in SCRIPTS), "a count read as a bare int"
     assert all(counted.values()), [name for name, options in counted.items() if not options]
     for script in SCRIPTS:
@@ -72,6 +73,7 @@ def test_every_count_option_refuses_zero_by_name(monkeypatch, capsys):
     ("check_overhead.py", ["--decoders", "eqspec,mine"], "unknown decoder(s) ['mine']"),
     ("checker_ab.py", ["--repeat", "0"], "--repeat: 0 is less than 1"),
     ("checker_ab.py", ["--batch", "two"], "--batch: 'two' is not a whole number"),
+    ("watch_real_pair.py", ["--eos", "151643,end"], "--eos: '151643,end': 'end' is not a whole number"),
 ])
 def test_bad_counts_are_refused_by_name_before_any_model_runs(script, argv, named):
     done = _run(script, *argv)
@@ -90,8 +92,10 @@ def test_check_overhead_prints_every_figure_of_the_cost_bounds():
         for key in ("check/decode cpu %", "check/decode wall %", "check ms/call cpu", "decode ms/call cpu",
                     "peak ratio", "peak MiB", "unwatched peak MiB"):
             assert math.isfinite(r[key]) and r[key] > 0, (r["decoder"], key, r[key])
+        for key in ("whole run cpu %", "whole run wall %", "peak ratio above base"):  # (may fall below zero)
+            assert math.isfinite(r[key]), (r["decoder"], key, r[key])
         assert 0 <= r["re-read ms/call cpu"] <= r["check ms/call cpu"]
-        assert r["cpu % range"][0] <= r["check/decode cpu %"] <= r["cpu % range"][1]
+        assert r["cpu % range"] == [r["check/decode cpu %"]] * 2  # one round: its own share, both ends
 
 
 def test_check_overhead_table_names_the_growth_per_call():
@@ -115,9 +119,10 @@ def test_checker_ab_compares_two_checkers_on_one_pair():
         assert math.isfinite(ratio) and ratio > 0
 
 
-def test_checker_ab_names_a_revision_git_does_not_know():
+def test_checker_ab_names_a_revision_git_does_not_know_before_loading_a_pair():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the git checkout")
-    done = _run("checker_ab.py", "--pair", "tiny-llama", "--base", "no-such-revision", "--repeat", "1")
+    # an unknown pair too: were the pair loaded first, its error would come instead
+    done = _run("checker_ab.py", "--pair", "no-such-pair", "--base", "no-such-revision", "--repeat", "1")
     assert done.returncode != 0 and "git archive no-such-revision invariants:" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "no-such-pair" not in done.stderr
