@@ -20,6 +20,16 @@ from batchspec.testing import random_prompts
 from options import positive
 
 
+def pair_name(text: str) -> str:
+    """argparse type for ``--pair``: a name :func:`load` knows, refused before any model loads."""
+    from batchspec.models import tiny
+
+    if text == "default" or (text.startswith("tiny-") and text[5:] in tiny.FAMILIES):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown pair {text!r}: use default or tiny-<family>, <family> one of "
+                                     f"{', '.join(sorted(tiny.FAMILIES))}")
+
+
 def load(name: str):
     """``(target, draft, prompts_for(n), eos)`` for a pair name, in float32."""
     if name.startswith("tiny-"):
@@ -37,7 +47,7 @@ def load(name: str):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", default="default")
+    ap.add_argument("--pair", type=pair_name, default="default")
     ap.add_argument("--batch-sizes", type=positive, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--k", type=positive, default=4)
     ap.add_argument("--max-new-tokens", type=positive, default=32)

@@ -81,7 +81,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import holes_decoder  # noqa: E402
-from alignment_overhead import load  # noqa: E402
+from alignment_overhead import load, pair_name  # noqa: E402
 from options import lengths, positive, size  # noqa: E402
 
 import batchspec  # noqa: E402
@@ -221,7 +221,7 @@ def _print_watch(args, rows: list) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", default="default")
+    ap.add_argument("--pair", type=pair_name, default="default")
     ap.add_argument("--batch", type=positive, default=8)
     ap.add_argument("--k", type=positive, default=4)
     ap.add_argument("--max-new-tokens", type=lengths, default="32", help="comma-separated lengths, e.g. 32,256,1024")

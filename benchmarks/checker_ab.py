@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from alignment_overhead import load  # noqa: E402
+from alignment_overhead import load, pair_name  # noqa: E402
 from check_overhead import DECODERS, _decoder, _reach  # noqa: E402
 from options import positive  # noqa: E402
 
@@ -85,7 +85,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default="HEAD", help="the git revision whose checker the working tree's is compared with")
     ap.add_argument("--decoders", default="eqspec", help="comma-separated, of: " + ", ".join(DECODERS))
-    ap.add_argument("--pair", default="default")
+    ap.add_argument("--pair", type=pair_name, default="default")
     ap.add_argument("--batch", type=positive, default=8)
     ap.add_argument("--k", type=positive, default=4)
     ap.add_argument("--max-new-tokens", type=positive, default=32)

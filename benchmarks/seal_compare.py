@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from alignment_overhead import load  # noqa: E402
+from alignment_overhead import load, pair_name  # noqa: E402
 from check_overhead import _decoder, _reach  # noqa: E402
 
 from batchspec.invariants import watch  # noqa: E402
@@ -81,7 +81,7 @@ def contenders(target, mask: torch.Tensor) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pair", default="default")
+    ap.add_argument("--pair", type=pair_name, default="default")
     ap.add_argument("--batch", type=positive, default=8)
     ap.add_argument("--max-new-tokens", type=positive, default=1024)
     ap.add_argument("--repeat", type=positive, default=40)
