@@ -82,7 +82,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import holes_decoder  # noqa: E402
 from alignment_overhead import load, pair_name  # noqa: E402
-from options import lengths, positive, size  # noqa: E402
+from options import lengths, non_negative, positive  # noqa: E402
 
 import batchspec  # noqa: E402
 from batchspec.examples import outside_decoder  # noqa: E402
@@ -228,7 +228,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=positive, default=3)
     ap.add_argument("--decoders", default=",".join(DECODERS), help="comma-separated, of: " + ", ".join(DECODERS))
     ap.add_argument("--no-layout", action="store_true", help="skip the check_invariants modes")
-    ap.add_argument("--mmap-threshold", type=size, default=0, metavar="BYTES",
+    ap.add_argument("--mmap-threshold", type=non_negative, default=0, metavar="BYTES",
                     help="run each decoder's process with glibc's MALLOC_MMAP_THRESHOLD_ fixed at BYTES (e.g. "
                          "131072, its initial value): large blocks then always go back to the system when freed, "
                          "so the peak figures show what is held, not where the heap happened to grow")
@@ -260,7 +260,8 @@ def main(argv=None) -> None:
         return
     _print_watch(args, watch_rows)
     if rows:
-        print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {args.max_new_tokens[0]} new tokens, float32, 1 thread")
+        print(f"pair {args.pair}, batch {args.batch}, k {args.k}, {args.max_new_tokens[0]} new tokens, float32, "
+              "1 thread")
     for r in rows:
         print(f"{r['mode']:>10}  decode {r['decode s']:7.3f} s  check {r['check s']:7.3f} s  "
               f"check/decode {r['check / decode %']:6.1f} %")

@@ -96,7 +96,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"unknown decoder(s) {sorted(unknown)}: use {', '.join(DECODERS)}")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
-        checkers = {"base": checker_at(args.base, Path(folder)), "working tree": working}  # (a bad --base: no model loaded)
+        # the revision first: a bad --base is named before a model loads
+        checkers = {"base": checker_at(args.base, Path(folder)), "working tree": working}
         target, draft, prompts_for, eos = load(args.pair)
         prompts = prompts_for(args.batch)
         _reach(target, draft, max(map(len, prompts)) + args.max_new_tokens + args.k + 1)

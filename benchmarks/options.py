@@ -12,17 +12,19 @@ def positive(text: str) -> int:
     return _at_least(text, 1)
 
 
-def size(text: str) -> int:
-    """An option in bytes, 0 for none (``--mmap-threshold``): an integer of 0 or more."""
+def non_negative(text: str) -> int:
+    """An integer of 0 or more: a size in bytes, 0 for none (``--mmap-threshold``), or a token id."""
     return _at_least(text, 0)
 
 
+def lengths(text: str) -> list:
+    """Comma-separated counts, each :func:`positive` (``--max-new-tokens 32,256,1024``)."""
+    return _each(text, positive, "counts such as 32,256,1024")
+
+
 def token_ids(text: str) -> list:
-    """Comma-separated token ids (``--eos 151643,151645``): integers of 0 or more."""
-    try:
-        return [size(x) for x in text.split(",")]
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error} (give token ids such as 151643,151645)") from None
+    """Comma-separated token ids, each :func:`non_negative` (``--eos 151643,151645``)."""
+    return _each(text, non_negative, "token ids such as 151643,151645")
 
 
 def _at_least(text: str, least: int) -> int:
@@ -35,9 +37,9 @@ def _at_least(text: str, least: int) -> int:
     return value
 
 
-def lengths(text: str) -> list:
-    """Comma-separated counts, each :func:`positive` (``--max-new-tokens 32,256,1024``)."""
+def _each(text: str, read, example: str) -> list:
+    """``text`` split at commas, each part read by ``read``; an error names the whole list."""
     try:
-        return [positive(x) for x in text.split(",")]
+        return [read(x) for x in text.split(",")]
     except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"{text!r}: {error} (give counts such as 32,256,1024)") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {error} (give {example})") from None

@@ -24,6 +24,7 @@ BENCHMARKS = ROOT / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
 pytestmark = pytest.mark.slow  # (each test starts Python with torch at least once)
 TINY = ["--pair", "tiny-llama", "--batch", "2", "--k", "2", "--repeat", "1"]
+GIT = pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs the git checkout")
 
 
 def _run(script: str, *argv: str) -> subprocess.CompletedProcess:
@@ -65,7 +66,7 @@ def test_every_count_option_refuses_zero_by_name(monkeypatch, capsys):
             assert f"argument {option}: 0 is less than 1" in capsys.readouterr().err, (script.name, option)
 
 
-@pytest.mark.parametrize("script, argv, named", [
+@pytest.mark.parametrize("script, argv, named", [  # counts, lengths, sizes, pairs, decoders, token ids
     ("check_overhead.py", ["--max-new-tokens", "32,x"], "--max-new-tokens: '32,x': 'x' is not a whole number"),
     ("check_overhead.py", ["--mmap-threshold", "many"], "--mmap-threshold: 'many' is not a whole number"),
     ("check_overhead.py", ["--max-new-tokens", "32,0"], "--max-new-tokens: '32,0': 0 is less than 1"),
@@ -78,7 +79,7 @@ def test_every_count_option_refuses_zero_by_name(monkeypatch, capsys):
     ("checker_ab.py", ["--pair", "tiny-nope"], "--pair: unknown pair 'tiny-nope': use default or tiny-<family>"),
     ("watch_real_pair.py", ["--eos", "151643,end"], "--eos: '151643,end': 'end' is not a whole number"),
 ])
-def test_bad_counts_are_refused_by_name_before_any_model_runs(script, argv, named):
+def test_bad_options_are_refused_by_name_before_any_model_runs(script, argv, named):
     done = _run(script, *argv)
     assert done.returncode != 0 and named in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
@@ -110,9 +111,9 @@ def test_check_overhead_table_names_the_growth_per_call():
     assert any("ms/call at 8 over at 4:" in line and "without the re-read:" in line for line in lines)
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs the git checkout")
+@GIT
 def test_checker_ab_compares_two_checkers_on_one_pair():
-    done = _run("checker_ab.py", *TINY[:-1], "2", "--max-new-tokens", "4", "--decoders", "eqspec,holes decoder")
+    done = _run("checker_ab.py", *TINY, "--repeat", "2", "--max-new-tokens", "4", "--decoders", "eqspec,holes decoder")
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if "working tree / base:" in line]
     assert [line.strip().split("  ")[0] for line in lines] == ["eqspec", "holes decoder"]
@@ -122,9 +123,8 @@ def test_checker_ab_compares_two_checkers_on_one_pair():
         assert math.isfinite(ratio) and ratio > 0
 
 
+@GIT
 def test_checker_ab_names_a_revision_git_does_not_know_before_loading_a_pair(monkeypatch):
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("needs the git checkout")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import alignment_overhead
 
