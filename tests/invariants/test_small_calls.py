@@ -1,6 +1,8 @@
 """A call of few inputs read as lists (``invariants/small.py``) reads exactly as the tensor path
 (Spec §3.12.1, §3.12.2)."""
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -18,6 +20,21 @@ from batchspec.invariants.history import History
 from batchspec.invariants.observation import ForwardCall
 from batchspec.invariants.small import extend, fill, wrap
 from batchspec.invariants.slots import BLIND
+
+
+def test_a_call_without_its_logits_is_dataclasses_replace():
+    """``ForwardCall.without_logits`` (what the checker keeps of a call once its choices are
+    read) names its fields one by one: the same call as ``dataclasses.replace(call, logits=None)``,
+    and a field added to ``ForwardCall`` fails here until it is carried there too."""
+    call = ForwardCall("draft", torch.tensor([[5, 6]]), torch.tensor([[0, 1, 1, 1]]), torch.tensor([[1, 2]]), 2,
+                       torch.zeros(1, 2, 7))
+    kept = call.without_logits()
+    assert [f.name for f in dataclasses.fields(ForwardCall)] == [
+        "model", "input_ids", "attention_mask", "position_ids", "cache_length", "logits"]
+    assert kept.logits is None and call.logits is not None
+    for field in dataclasses.fields(ForwardCall)[:-1]:
+        assert getattr(kept, field.name) is getattr(call, field.name), field.name
+    assert dataclasses.replace(call, logits=None) == kept
 
 
 def test_wrap_is_int64_arithmetic():
