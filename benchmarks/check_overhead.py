@@ -30,6 +30,10 @@ median over the rounds:
   grow with what a call attends, see
   :class:`~batchspec.invariants.hf_cache.Seal`), and the unwatched run
   (``run``: how the decoder's own cost per call grows with the length);
+* the stream columns hashed per call (``hashed``: what the calls wrote, or
+  every column of a call that realigned or cropped the cache, see
+  :class:`~batchspec.invariants.hf_cache.Seal`): a decoder that rewrites
+  its cache every round makes the check hash more a call as the cache grows;
 * the peak resident memory after the watched run over that after the
   first unwatched run (the process's ``ru_maxrss``; "above base": both
   measured above the resident memory once the models are loaded).
@@ -138,7 +142,7 @@ def watched(args, name: str, n: int) -> dict:
     start = time.process_time()
     decoder()
     plain_cpu, plain_peak = time.process_time() - start, _peak_mib()
-    cpu, wall, per_call, reread = [], [], [], []
+    cpu, wall, per_call, reread, hashed = [], [], [], [], []
     runs = {"watched": ([], []), "unwatched": ([], [])}  # per kind of run: (CPU s, wall s), interleaved
     for _ in range(args.repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -153,6 +157,7 @@ def watched(args, name: str, n: int) -> dict:
         cpu.append(100 * w.check_cpu_seconds / (total_cpu - w.check_cpu_seconds))
         per_call.append(1000 * w.check_cpu_seconds / w.calls)
         reread.append(1000 * w.correctness.seal.reread_cpu_seconds / w.calls)
+        hashed.append(w.correctness.seal.hashed_columns / w.calls)
         start, start_cpu = time.perf_counter(), time.process_time()
         decoder()
         runs["unwatched"][0].append(time.process_time() - start_cpu)
@@ -168,6 +173,7 @@ def watched(args, name: str, n: int) -> dict:
             "cpu % range": [round(min(cpu), 1), round(max(cpu), 1)],
             "check ms/call cpu": round(statistics.median(per_call), 3),
             "re-read ms/call cpu": round(statistics.median(reread), 3),
+            "hashed columns/call": round(statistics.median(hashed), 1),
             "peak ratio": round(peak / plain_peak, 3),
             "peak ratio above base": round((peak - base) / max(plain_peak - base, 1e-9), 3),
             "peak MiB": round(peak), "unwatched peak MiB": round(plain_peak)}
@@ -203,20 +209,21 @@ def _print_watch(args, rows: list) -> None:
           + (f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold else ""))
     print(f"{'':>30} {'check / decode':>14}  {'watched / unwatched':>19}  {'CPU per call, ms: check':>23}")
     print(f"{'decoder':>16} {'tokens':>6} {'calls':>6}  {'cpu %':>6} {'wall %':>6}  {'+cpu %':>9} {'+wall %':>9}  "
-          f"{'ms/call':>7} {'re-read':>7} {'run':>7}  {'peak x':>6} {'above base x':>12}")
+          f"{'ms/call':>7} {'re-read':>7} {'run':>7}  {'hashed':>6}  {'peak x':>6} {'above base x':>12}")
     for r in rows:
         print(f"{r['decoder']:>16} {r['new tokens']:>6} {r['calls']:>6}  {r['check/decode cpu %']:6.1f} "
               f"{r['check/decode wall %']:6.1f}  {r['whole run cpu %']:9.1f} {r['whole run wall %']:9.1f}  "
               f"{r['check ms/call cpu']:7.3f} {r['re-read ms/call cpu']:7.3f} {r['decode ms/call cpu']:7.3f}  "
-              f"{r['peak ratio']:6.2f} {r['peak ratio above base']:12.2f}")
+              f"{r['hashed columns/call']:6.1f}  {r['peak ratio']:6.2f} {r['peak ratio above base']:12.2f}")
     lengths = sorted({r["new tokens"] for r in rows})
     for name in DECODERS:
-        per = {r["new tokens"]: (r["check ms/call cpu"], r["re-read ms/call cpu"]) for r in rows
-               if r["decoder"] == name}
+        per = {r["new tokens"]: (r["check ms/call cpu"], r["re-read ms/call cpu"], r["hashed columns/call"])
+               for r in rows if r["decoder"] == name}
         if len(lengths) > 1 and lengths[0] in per and lengths[-1] in per:
-            (first, first_reread), (last, last_reread) = per[lengths[0]], per[lengths[-1]]
+            (first, first_reread, first_hashed), (last, last_reread, last_hashed) = per[lengths[0]], per[lengths[-1]]
             print(f"{name:>16}  ms/call at {lengths[-1]} over at {lengths[0]}: {last / first:.2f}x; "
-                  f"without the re-read: {(last - last_reread) / (first - first_reread):.2f}x")
+                  f"without the re-read: {(last - last_reread) / (first - first_reread):.2f}x; "
+                  f"columns hashed a call: {last_hashed / first_hashed:.2f}x")
 
 
 def main(argv=None) -> None:

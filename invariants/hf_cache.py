@@ -163,7 +163,8 @@ class Seal:
     raw pointer (or ``.data``, or an inference tensor) bumps no version at all.
     So the compare is the one part of a call's check that must grow with what
     the call attends rather than what it writes: it reads each cached column's hashed
-    bits once (``reread_cpu_seconds`` counts its process CPU time).
+    bits once (``reread_cpu_seconds`` counts its process CPU time). The hashing
+    grows with what the calls wrote (``hashed_columns`` counts the columns hashed).
     From :data:`GLANCE` kept columns on, the newest is compared first, alone: a
     realigned cache differs there and is hashed in full without the whole
     compare; one that passes is still compared whole."""
@@ -176,6 +177,9 @@ class Seal:
         self.held = False
         #: process CPU seconds spent comparing kept columns with the cache (the re-read)
         self.reread_cpu_seconds = 0.0
+        #: stream columns hashed over all calls (each hashed in every row): what the calls wrote, or all
+        #: the columns of a call whose compare failed (a realignment, a crop, a write between calls)
+        self.hashed_columns = 0
 
     def hashes(self, hasher, name: str, cache, layers: list, t: int, n: int):
         """``[B, T + n]`` content hashes of the group's columns after a call of ``name``
@@ -184,9 +188,11 @@ class Seal:
         kept = self._kept.pop(name, None)
         self.held = False
         if not (t + n and seen(cache, layers[0]) == seen(cache, layers[-1]) == t + n):
+            self.hashed_columns += t + n
             return column_hashes(hasher, cache, layers, 0, t + n)
         keys, values = cache.layers[layers[0]].keys, cache.layers[layers[-1]].values
         if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
+            self.hashed_columns += t + n
             return column_hashes(hasher, cache, layers, 0, t + n)
         self.held = True  # every column read from a slot that holds it: none ABSENT
         words = hasher.words(keys, t + n), hasher.words(values, t + n)  # [B, T + n, w] each
@@ -205,6 +211,7 @@ class Seal:
             c = 0
         self.reread_cpu_seconds += time.process_time() - start
         b, m = words[0].shape[0], t + n - c
+        self.hashed_columns += m
         # the columns to hash, [B, T + n - c, 2w], and their hashes, written where they are kept
         kept_bits, bits = kept[0].reserve(head(views[0], c) if c else None, b, m, (w + words[1].shape[2],),
                                           torch.int64, keys.device)

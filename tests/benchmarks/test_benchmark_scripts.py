@@ -99,6 +99,7 @@ def test_check_overhead_prints_every_figure_of_the_cost_bounds():
         for key in ("whole run cpu %", "whole run wall %", "peak ratio above base"):  # (may fall below zero)
             assert math.isfinite(r[key]), (r["decoder"], key, r[key])
         assert 0 <= r["re-read ms/call cpu"] <= r["check ms/call cpu"]
+        assert r["hashed columns/call"] >= 1  # every call writes a column: its first input's
         assert r["cpu % range"] == [r["check/decode cpu %"]] * 2  # one round: its own share, both ends
 
 
@@ -108,7 +109,8 @@ def test_check_overhead_table_names_the_growth_per_call():
     lines = done.stdout.splitlines()
     assert any(line.split()[:2] == ["eqspec", "4"] for line in lines)
     assert any(line.split()[:2] == ["eqspec", "8"] for line in lines)
-    assert any("ms/call at 8 over at 4:" in line and "without the re-read:" in line for line in lines)
+    assert any("ms/call at 8 over at 4:" in line and "without the re-read:" in line
+               and "columns hashed a call:" in line for line in lines)
 
 
 @GIT

@@ -65,6 +65,7 @@ def test_an_untouched_dynamic_cache_is_hashed_only_where_each_call_wrote(widths)
     assert w.violations == [] and w.calls == STEPS + 1
     assert widths == [len(PROMPTS[0])] + [1] * STEPS
     assert 0 < w.correctness.seal.reread_cpu_seconds < w.check_cpu_seconds  # the compare, timed apart
+    assert w.correctness.seal.hashed_columns == sum(widths) == len(PROMPTS[0]) + STEPS  # counted apart too
 
 
 def test_a_static_cache_written_in_place_is_hashed_only_where_each_call_wrote(widths):
@@ -84,11 +85,12 @@ def _zero_slot(cache, step, through_data=False, slot=1):
 
 def test_a_write_into_a_sealed_cache_is_hashed_whole_and_caught_at_that_call(widths):
     model = build("llama")
-    with pytest.raises(InvariantViolation) as caught, watch(target=model):
+    with pytest.raises(InvariantViolation) as caught, watch(target=model) as w:
         greedy(model, _zero_slot)
     found = caught.value.violation
     assert (found.invariant, found.call) == ("C1", 4)  # call 1 is the prefill; the write precedes call 4
     assert widths == [len(PROMPTS[0]), 1, 1, len(PROMPTS[0]) + 3]  # the broken seal: every column hashed again
+    assert w.correctness.seal.hashed_columns == sum(widths)
 
 
 def test_a_write_through_data_is_caught_at_that_call_as_well(widths):
