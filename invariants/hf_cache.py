@@ -188,12 +188,10 @@ class Seal:
         kept = self._kept.pop(name, None)
         self.held = False
         if not (t + n and seen(cache, layers[0]) == seen(cache, layers[-1]) == t + n):
-            self.hashed_columns += t + n
-            return column_hashes(hasher, cache, layers, 0, t + n)
+            return self._whole(hasher, cache, layers, t + n)
         keys, values = cache.layers[layers[0]].keys, cache.layers[layers[-1]].values
         if keys.shape[2] < t + n or values.shape[2] < t + n:  # a window: columns are not slots
-            self.hashed_columns += t + n
-            return column_hashes(hasher, cache, layers, 0, t + n)
+            return self._whole(hasher, cache, layers, t + n)
         self.held = True  # every column read from a slot that holds it: none ABSENT
         words = hasher.words(keys, t + n), hasher.words(values, t + n)  # [B, T + n, w] each
         w = words[0].shape[2]
@@ -220,3 +218,9 @@ class Seal:
         hasher.word_hashes(bits, out=fresh)
         self._kept[name] = (*kept[:2], (kept_bits, kept_hashes))
         return kept_hashes
+
+    def _whole(self, hasher, cache, layers: list, width: int):
+        """All ``width`` stream columns hashed where the cache holds them (:func:`column_hashes`),
+        and counted; nothing kept: the next call is hashed whole too."""
+        self.hashed_columns += width
+        return column_hashes(hasher, cache, layers, 0, width)

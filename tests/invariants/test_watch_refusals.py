@@ -73,8 +73,9 @@ def test_a_cache_that_dropped_slots_a_full_attention_model_attends_is_refused():
     cache = tf.DynamicCache(config=config)
     ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
     with pytest.raises(ValueError, match=r"its cache holds fewer than the 6 slots before the call plus 1 inputs") \
-            as refused, watch(target=model), torch.no_grad():
+            as refused, watch(target=model) as w, torch.no_grad():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), cache=cache)
         nxt = out.logits[:, -1:].argmax(-1)
         model(input_ids=nxt, attention_mask=torch.ones((1, 7), dtype=torch.long), cache=cache)
     assert "watch could not read call #2 of the target model" in str(refused.value)
+    assert w.correctness.seal.hashed_columns == 6 + 7  # columns are not slots: every column hashed, both calls
